@@ -1,0 +1,161 @@
+"""Opaque (non-tensor) attrs in a tensor subclass's ``__tensor_flatten__``
+under ``torch.compile``, on the torch people already run.
+
+    import torch_subclass_rt as tsrt
+    tsrt.install()          # torch 2.11: patches; torch >= 2.12: no-op ("native")
+
+    class Mesh(tsrt.OpaqueBase): ...
+    tsrt.register_opaque(Mesh, typ="reference")
+
+``install(force=True)`` on torch 2.13 replaces the native subclass runtime
+with ours (used to prove the two are equivalent).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _torch_compat
+from ._torch_compat import register_opaque, torch_version
+from .patching import registry
+
+__all__ = [
+    "install",
+    "uninstall",
+    "status",
+    "installed",
+    "Status",
+    "UnsupportedTorchVersion",
+    "OpaqueBase",
+    "register_opaque",
+]
+
+
+class UnsupportedTorchVersion(RuntimeError):
+    """install() has no patches for this torch; nothing was changed."""
+
+
+@dataclass(frozen=True)
+class Status:
+    torch_version: str
+    #: "backport" (2.11, patched), "native" (>= 2.12, nothing patched),
+    #: "forced" (2.13, our runtime replaces torch's), or "off"
+    mode: str
+    #: names of the patch points currently applied
+    points: tuple[str, ...] = field(default=())
+
+    @property
+    def active(self) -> bool:
+        """Opaque attrs work under torch.compile right now."""
+        return self.mode in ("backport", "native", "forced")
+
+    def __repr__(self) -> str:
+        return (
+            f"Status(torch={self.torch_version}, mode={self.mode!r}, "
+            f"{len(self.points)} patch point(s){': ' if self.points else ''}"
+            f"{', '.join(self.points)})"
+        )
+
+
+_lock = threading.RLock()
+_journal: registry.Journal | None = None
+_mode = "off"
+
+
+def _choose_mode(version: str, force: bool) -> str:
+    if version in _torch_compat.BACKPORT_VERSIONS:
+        return "backport"
+    if _torch_compat.has_native_support(version):
+        if not force:
+            return "native"
+        if version in _torch_compat.FORCED_VERSIONS:
+            return "forced"
+        raise UnsupportedTorchVersion(
+            f"install(force=True) on torch {version}: our runtime is verified "
+            f"against torch {', '.join(_torch_compat.FORCED_VERSIONS)} only. "
+            "Call install() without force to use the native support of this torch."
+        )
+    raise UnsupportedTorchVersion(
+        f"torch {version} is not supported by torch_subclass_rt: it has patches "
+        f"for torch {', '.join(_torch_compat.BACKPORT_VERSIONS)} and uses the "
+        f"native support of torch >= {'.'.join(map(str, _torch_compat.NATIVE_SINCE))} "
+        f"(force=True replaces it on {', '.join(_torch_compat.FORCED_VERSIONS)}). "
+        "Nothing was changed. Install a supported torch, e.g. "
+        f"`pip install torch=={_torch_compat.BACKPORT_VERSIONS[-1]}`."
+    )
+
+
+def install(force: bool = False) -> Status:
+    """Make opaque attrs in ``__tensor_flatten__`` work under torch.compile.
+
+    Idempotent. All-or-nothing: if any patch point fails to apply or the
+    post-install self-check fails, everything is restored and the error is
+    raised. Raises :class:`UnsupportedTorchVersion` before touching anything
+    on a torch it has no patches for.
+    """
+    global _journal, _mode
+    with _lock:
+        version = torch_version()
+        mode = _choose_mode(version, force)
+        if _mode != "off":
+            if mode == _mode or (mode == "native" and _mode == "forced"):
+                return status()
+            uninstall()
+        if mode == "native":
+            _mode = "native"
+            return status()
+        from .points import all_points
+        from .selfcheck import check_installed
+
+        points = registry.select(all_points(), version, mode)
+        _journal = registry.apply(points, self_check=check_installed)
+        _mode = mode
+        return status()
+
+
+def uninstall() -> Status:
+    """Restore every object install() replaced (the very same objects)."""
+    global _journal, _mode
+    with _lock:
+        if _journal is not None:
+            problems = _journal.revert()
+            _journal = None
+            if problems:
+                _mode = "off"
+                raise registry.PatchError(
+                    "uninstall could not restore: " + "; ".join(problems)
+                )
+        _mode = "off"
+        return status()
+
+
+def status() -> Status:
+    with _lock:
+        names = tuple(_journal.names()) if _journal is not None else ()
+        return Status(torch_version(), _mode, names)
+
+
+@contextlib.contextmanager
+def installed(force: bool = False) -> Iterator[Status]:
+    """``with installed(): ...`` — install for the block, then restore the
+    previous state (uninstalled if it was off)."""
+    with _lock:
+        before = _mode
+        st = install(force=force)
+    try:
+        yield st
+    finally:
+        with _lock:
+            if before == "off":
+                uninstall()
+
+
+def __getattr__(name: str) -> Any:
+    # Resolved lazily: the base class differs per torch (see _torch_compat).
+    if name == "OpaqueBase":
+        return _torch_compat.opaque_base()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

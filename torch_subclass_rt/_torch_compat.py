@@ -1,0 +1,129 @@
+"""Which torch is this, and what do its opaque-object APIs look like.
+
+Everything version-dependent that the rest of the package needs to *ask* lives
+here; everything version-dependent that it needs to *change* lives in
+``points/``. ``runtime/`` only ever calls the helpers below.
+
+Opaque API across releases:
+
+=========  ===========================  ====================================
+torch      base class                   registration
+=========  ===========================  ====================================
+2.10       (none; no torch._opaque_base) register_opaque_type(cls, *, typ)
+2.11–2.13  torch._opaque_base.OpaqueBase register_opaque_type(cls, typ=...)
+>=2.14     CustomClassBase (old name     register_custom_class(cls, typ=
+           kept, deprecated)             "symbolic"|"constant")
+=========  ===========================  ====================================
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from typing import Any
+
+import torch
+
+#: torch releases whose sources the backport points were written against.
+#: The points edit/replace functions of these exact releases; a point release
+#: may move code around, so every other version is refused.
+BACKPORT_VERSIONS: tuple[str, ...] = ("2.11.0",)
+#: releases on which ``install(force=True)`` replaces the native runtime.
+FORCED_VERSIONS: tuple[str, ...] = ("2.13.0",)
+#: first release with native opaque attrs in ``__tensor_flatten__`` (PR 176457).
+NATIVE_SINCE: tuple[int, int] = (2, 12)
+
+
+def torch_version() -> str:
+    """The public part of ``torch.__version__`` ("2.11.0+cu128" -> "2.11.0")."""
+    return str(torch.__version__).split("+", 1)[0]
+
+
+def version_tuple(version: str | None = None) -> tuple[int, ...]:
+    parts = []
+    for piece in (version or torch_version()).split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+        if len(parts) == 3:
+            break
+    return tuple(parts)
+
+
+def has_native_support(version: str | None = None) -> bool:
+    return version_tuple(version)[:2] >= NATIVE_SINCE
+
+
+def _module(name: str) -> Any:
+    return importlib.import_module(name)
+
+
+@functools.cache
+def opaque_base() -> type:
+    """The class user opaques derive from on this torch."""
+    try:
+        base = _module("torch._opaque_base")
+    except ImportError as e:  # torch 2.10
+        raise ImportError(
+            f"torch {torch_version()} has no torch._opaque_base; "
+            f"torch_subclass_rt supports torch {', '.join(BACKPORT_VERSIONS)} "
+            "and >= 2.12"
+        ) from e
+    # 2.14 renamed OpaqueBase -> CustomClassBase, keeping the old name.
+    return getattr(base, "CustomClassBase", None) or base.OpaqueBase
+
+
+def _opaque_object_module() -> Any:
+    return _module("torch._library.opaque_object")
+
+
+def register_opaque(cls: type, typ: str = "reference", **kwargs: Any) -> type:
+    """Register ``cls`` as an opaque type, spelled the same on every torch.
+
+    ``typ`` is ``"reference"`` (identity matters: a mesh, a process group; the
+    object flows through the graph as an input) or ``"value"`` (compared by
+    ``__eq__``, baked into the graph as a constant). Extra keyword arguments
+    (``guard_fn``, ``members``, ``hoist``) go to torch unchanged.
+    Returns ``cls`` so it can be used as a decorator argument.
+    """
+    if typ not in ("reference", "value"):
+        raise ValueError(
+            f"register_opaque({cls.__name__}, typ={typ!r}): typ must be "
+            "'reference' (compared by identity, passed as a graph input) or "
+            "'value' (compared by __eq__, baked into the graph)"
+        )
+    mod = _opaque_object_module()
+    new_api = getattr(mod, "register_custom_class", None)
+    if new_api is not None:  # torch >= 2.14
+        new_typ = {"reference": "symbolic", "value": "constant"}[typ]
+        new_api(cls, typ=new_typ, **kwargs)
+    else:
+        mod.register_opaque_type(cls, typ=typ, **kwargs)
+    return cls
+
+
+def is_opaque_object(value: object) -> bool:
+    """True for an instance of a registered opaque type, or its FakeScriptObject."""
+    return isinstance(value, opaque_base())
+
+
+def unwrap_fake_opaque(value: Any) -> Any:
+    """The real object behind a FakeScriptObject (identity otherwise)."""
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    if isinstance(value, FakeScriptObject):
+        return object.__getattribute__(value, "real_obj")
+    return value
+
+
+def is_reference_opaque_type(cls: type) -> bool:
+    mod = _opaque_object_module()
+    fn = getattr(mod, "is_opaque_reference_type", None)
+    if fn is not None:
+        return bool(fn(cls))
+    return bool(mod.is_opaque_type(cls)) and not bool(mod.is_opaque_value_type(cls))
+
+
+def is_registered_opaque_type(cls: type) -> bool:
+    return bool(_opaque_object_module().is_opaque_type(cls))

@@ -1,0 +1,1 @@
+"""Version-independent machinery that installs patch points into torch."""

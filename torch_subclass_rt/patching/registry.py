@@ -1,0 +1,247 @@
+"""Patch points as data, and the transaction that applies them.
+
+A :class:`PatchPoint` names one attribute of torch (a module global, or an
+attribute in a class ``__dict__``), how to build its replacement from the
+original, which torch versions and modes it is for, why it exists, and which
+other modules did ``from <module> import <name>`` and so hold their own
+reference that must be rebound too.
+
+:func:`apply` resolves and builds *every* replacement before it touches
+anything, then sets them one by one while journaling what it replaced; any
+failure (while building, setting or self-checking) rolls the journal back, so
+torch is either fully patched or untouched. :func:`revert` puts back the very
+objects that were there before (``is``-identical), or deletes attributes that
+did not exist.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+_MISSING = object()
+
+#: Modes a point can belong to. "backport": torch lacks the feature;
+#: "forced": torch has it natively and we replace its runtime with ours.
+MODES = frozenset({"backport", "forced"})
+
+
+class PatchError(RuntimeError):
+    """A patch point could not be resolved, built or verified."""
+
+
+@dataclass(frozen=True)
+class PatchPoint:
+    #: short stable id, e.g. "aot.create_subclass_metadata"
+    name: str
+    #: "module:attr" or "module:Class.attr"
+    target: str
+    #: build(original) -> replacement. ``original`` is the raw object found
+    #: (the ``__dict__`` entry for class attributes, so a staticmethod stays
+    #: a staticmethod) or ``None`` when ``new_attribute`` is set.
+    build: Callable[[Any], Any]
+    #: exact torch versions (public part, "2.11.0") this point applies to
+    versions: frozenset[str]
+    #: which install modes use it
+    modes: frozenset[str]
+    #: why torch needs this change (one line; shown by ``status``)
+    reason: str
+    #: modules that imported ``attr`` by name at module level
+    rebinds: tuple[str, ...] = ()
+    #: the attribute does not exist on these versions and is added
+    new_attribute: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.modes <= MODES:
+            raise ValueError(f"{self.name}: unknown modes {set(self.modes - MODES)}")
+        module, sep, path = self.target.partition(":")
+        if not sep or not module or not path or path.count(".") > 1:
+            raise ValueError(
+                f"{self.name}: target must be 'module:attr' or 'module:Class.attr', "
+                f"got {self.target!r}"
+            )
+
+    @property
+    def module_name(self) -> str:
+        return self.target.partition(":")[0]
+
+    @property
+    def attr_path(self) -> tuple[str, ...]:
+        return tuple(self.target.partition(":")[2].split("."))
+
+    def applies_to(self, version: str, mode: str) -> bool:
+        return version in self.versions and mode in self.modes
+
+
+@dataclass
+class _Slot:
+    """One place an object is stored: ``owner.<attr>``."""
+
+    owner: Any
+    attr: str
+    original: Any  # _MISSING if the attribute did not exist
+
+    def current(self) -> Any:
+        return self.owner.__dict__.get(self.attr, _MISSING)
+
+    def set(self, value: Any) -> None:
+        setattr(self.owner, self.attr, value)
+
+    def restore(self) -> None:
+        if self.original is _MISSING:
+            if self.attr in self.owner.__dict__:
+                delattr(self.owner, self.attr)
+        else:
+            setattr(self.owner, self.attr, self.original)
+
+    def describe(self) -> str:
+        owner = getattr(self.owner, "__qualname__", None) or getattr(
+            self.owner, "__name__", repr(self.owner)
+        )
+        mod = getattr(self.owner, "__module__", "")
+        prefix = f"{mod}." if isinstance(self.owner, type) and mod else ""
+        return f"{prefix}{owner}.{self.attr}"
+
+
+@dataclass
+class _Applied:
+    point: PatchPoint
+    replacement: Any
+    slots: list[_Slot] = field(default_factory=list)
+
+
+def _import(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except Exception as e:  # noqa: BLE001 - report which point needed it
+        raise PatchError(f"cannot import {name}: {type(e).__name__}: {e}") from e
+
+
+def _resolve(point: PatchPoint) -> tuple[Any, str, Any]:
+    """(owner, attr, original) for a point; original is _MISSING if absent."""
+    owner = _import(point.module_name)
+    *cls_path, attr = point.attr_path
+    for part in cls_path:
+        if not hasattr(owner, part):
+            raise PatchError(f"{point.name}: {point.module_name} has no {part!r}")
+        owner = getattr(owner, part)
+    original = owner.__dict__.get(attr, _MISSING)
+    if original is _MISSING and not point.new_attribute:
+        raise PatchError(f"{point.name}: {point.target} does not exist on this torch")
+    if original is not _MISSING and point.new_attribute:
+        raise PatchError(
+            f"{point.name}: {point.target} already exists; the point expects to add it"
+        )
+    return owner, attr, original
+
+
+@dataclass
+class _Plan:
+    point: PatchPoint
+    owner: Any
+    attr: str
+    original: Any
+    replacement: Any
+    rebind_modules: list[Any]
+
+
+class Journal:
+    """What an install changed, in order, so it can be undone exactly."""
+
+    def __init__(self) -> None:
+        self.applied: list[_Applied] = []
+
+    def names(self) -> list[str]:
+        return [a.point.name for a in self.applied]
+
+    def revert(self) -> list[str]:
+        """Undo in reverse order; returns problems (empty when clean)."""
+        problems: list[str] = []
+        for applied in reversed(self.applied):
+            for slot in reversed(applied.slots):
+                try:
+                    slot.restore()
+                except Exception as e:  # noqa: BLE001 - keep restoring the rest
+                    problems.append(f"{slot.describe()}: {e}")
+        self.applied.clear()
+        return problems
+
+
+_lock = threading.RLock()
+
+
+def plan(points: Sequence[PatchPoint]) -> list[_Plan]:
+    """Resolve targets, import rebind modules and build every replacement.
+
+    Touches nothing in torch; raises PatchError on the first problem.
+    """
+    seen: set[str] = set()
+    plans: list[_Plan] = []
+    for point in points:
+        if point.target in seen:
+            raise PatchError(f"{point.name}: {point.target} is patched twice")
+        seen.add(point.target)
+        owner, attr, original = _resolve(point)
+        rebind_modules = []
+        for mod_name in point.rebinds:
+            mod = _import(mod_name)
+            held = mod.__dict__.get(attr, _MISSING)
+            if held is not original:
+                raise PatchError(
+                    f"{point.name}: {mod_name}.{attr} is not the object at "
+                    f"{point.target}; the rebind list no longer matches this torch"
+                )
+            rebind_modules.append(mod)
+        try:
+            replacement = point.build(None if original is _MISSING else original)
+        except Exception as e:
+            raise PatchError(f"{point.name}: building the replacement failed: {e}") from e
+        plans.append(_Plan(point, owner, attr, original, replacement, rebind_modules))
+    return plans
+
+
+def apply(
+    points: Sequence[PatchPoint],
+    self_check: Callable[[], None] | None = None,
+) -> Journal:
+    """Apply all points as one transaction. Returns the journal to revert with."""
+    with _lock:
+        plans = plan(points)
+        journal = Journal()
+        try:
+            for p in plans:
+                applied = _Applied(p.point, p.replacement)
+                journal.applied.append(applied)
+                slots = [_Slot(p.owner, p.attr, p.original)] + [
+                    _Slot(m, p.attr, m.__dict__[p.attr]) for m in p.rebind_modules
+                ]
+                for slot in slots:
+                    applied.slots.append(slot)
+                    slot.set(p.replacement)
+            verify(journal)
+            if self_check is not None:
+                self_check()
+        except BaseException:
+            journal.revert()
+            raise
+        return journal
+
+
+def verify(journal: Journal) -> None:
+    """Every journaled slot holds its replacement."""
+    for applied in journal.applied:
+        for slot in applied.slots:
+            if slot.current() is not applied.replacement:
+                raise PatchError(
+                    f"{applied.point.name}: {slot.describe()} does not hold the "
+                    "replacement after install"
+                )
+
+
+def select(
+    points: Iterable[PatchPoint], version: str, mode: str
+) -> list[PatchPoint]:
+    return [p for p in points if p.applies_to(version, mode)]

@@ -1,0 +1,38 @@
+"""Declared patch points, one module per torch subsystem.
+
+Each module exposes ``POINTS: list[PatchPoint]``. :func:`all_points` is the
+registry: the one list ``install()`` selects from by torch version and mode.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ..patching.registry import PatchPoint
+
+#: subsystem modules, in install order (AOTAutograd's runtime first, then the
+#: layers that feed it: fake/meta tensors, guard building, Dynamo, and the
+#: APIs outside torch.compile).
+SUBSYSTEMS: tuple[str, ...] = (
+    "aot_autograd",
+    "functional",
+    "fake_tensors",
+    "guards",
+    "dynamo",
+    "export",
+    "parametrize",
+    "distributed",
+)
+
+
+def all_points() -> list[PatchPoint]:
+    points: list[PatchPoint] = []
+    for name in SUBSYSTEMS:
+        try:
+            mod = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"{__name__}.{name}":
+                continue  # subsystem not written yet
+            raise
+        points.extend(mod.POINTS)
+    return points

@@ -1,0 +1,56 @@
+"""The user-facing errors of the runtime, worded in one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _type_name(obj: Any) -> str:
+    t = obj if isinstance(obj, type) else type(obj)
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def value_opaque_in_tensor_attrs(real_type: type, subclass: Any) -> RuntimeError:
+    # Wording follows upstream (torch >= 2.12) so messages match across
+    # versions; tests assert on it.
+    return RuntimeError(
+        f"{real_type.__name__!r} found in tensor attrs of "
+        f"{type(subclass).__name__}.__tensor_flatten__(). "
+        "Only tensors and reference-type opaques are allowed in tensor attrs."
+    )
+
+
+def unregistered_object_in_tensor_attrs(subclass: Any, attr: str, value: Any) -> TypeError:
+    sub = type(subclass).__name__
+    return TypeError(
+        f"{sub}.__tensor_flatten__() lists {attr!r} as an inner attr, but "
+        f"{sub}.{attr} is a {_type_name(value)}, which is neither a Tensor nor a "
+        "registered opaque type. Either return it in the flatten context (the "
+        "second value of __tensor_flatten__) instead, or make its class derive "
+        "from torch_subclass_rt.OpaqueBase and register it with "
+        f"torch_subclass_rt.register_opaque({type(value).__name__}, typ='reference')."
+    )
+
+
+def opaque_slot_mismatch(subclass_type: type | None, attr: str, got: Any) -> AssertionError:
+    name = getattr(subclass_type, "__name__", "<subclass>")
+    return AssertionError(
+        f"rebuilding {name}: flat argument for opaque attr {attr!r} is a "
+        f"{_type_name(got)}, expected a registered opaque object; the flat "
+        "argument list does not match the subclass metadata (this is a bug in "
+        "torch_subclass_rt, please report it with the subclass definition)"
+    )
+
+
+def tangent_metadata_mismatch(
+    expected_type: Any, expected_meta: Any, runtime_type: Any, runtime_meta: Any, x: Any
+) -> RuntimeError:
+    return RuntimeError(
+        "During the backward, we encountered a tensor subclass where we guessed "
+        "its metadata incorrectly.\n\n"
+        f"Expected metadata: {expected_meta}, expected type: {expected_type}\n\n"
+        f"Runtime metadata: {runtime_meta}, runtime type: {runtime_type}\n\n"
+        f"shape: {getattr(x, 'shape', None)}\n"
+        "To fix this, your tensor subclass must implement the dunder method "
+        "__coerce_same_metadata_as_tangent__."
+    )

@@ -1,0 +1,309 @@
+"""Subclass metadata and unwrapping into the flat argument list.
+
+Note [Opaque attrs in the flat argument list]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+``__tensor_flatten__`` may name, among its inner attrs, instances of
+registered *reference*-type opaque classes (a device-mesh handle, a process
+group handle). AOTAutograd flattens every subclass argument into a list of
+plain tensors (and, for dynamic shapes, symints); an opaque attr takes one
+slot of that list at its position among the inner attrs, so:
+
+* at trace time the slot holds a ``FakeScriptObject`` made under the active
+  fake mode, which the proxy tracer tracks as a graph input (placeholder).
+  Passing the real object instead makes the tracer treat it as a constant
+  attribute of the graph module (``_opaque_obj0 = self._opaque_obj0``), and the
+  compiled function silently returns the compile-time object forever;
+* at run time the slot holds the caller's object, and ``wrap.creation_fn``
+  rebuilds output subclasses with the object the graph returns, so one
+  compiled graph serves every mesh;
+* the subclass metadata marks the slot with ``OpaqueMeta``; it has no
+  tangent, no memory format and no symints.
+
+Value-type opaques compare by ``__eq__`` and belong in the flatten *context*
+(they are guarded on and baked in), so they are rejected among inner attrs.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from typing import Any
+
+from torch import SymInt, Tensor
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+from .. import _torch_compat as compat
+from . import errors
+from ._torch_names import aot
+from .meta import OpaqueMeta
+
+
+def classify_inner_attr(subclass: Any, attr: str, value: Any) -> str:
+    """"tensor" or "opaque" for a value listed by ``__tensor_flatten__``.
+
+    Raises the user-facing errors for anything else.
+    """
+    if isinstance(value, Tensor):
+        return "tensor"
+    if compat.is_opaque_object(value):
+        real_type = type(compat.unwrap_fake_opaque(value))
+        if not compat.is_reference_opaque_type(real_type):
+            raise errors.value_opaque_in_tensor_attrs(real_type, subclass)
+        return "opaque"
+    raise errors.unregistered_object_in_tensor_attrs(subclass, attr, value)
+
+
+def enumerate_filter_symints(lst: Sequence[Any]) -> list[tuple[int, SymInt]]:
+    # Nested ints (jagged dims) are not graph inputs: NJT rebuilds them.
+    return [
+        (i, s)
+        for i, s in enumerate(lst)
+        if isinstance(s, SymInt) and not s.node.is_nested_int()
+    ]
+
+
+def compute_symint_placeholders(lst: Sequence[Any]) -> list[bool]:
+    # make_runtime_safe() replaces non-nested symints by None.
+    return [s is None for s in lst]
+
+
+def maybe_suggest_memory_format(t: Any, with_memory_format: bool) -> Any:
+    if not with_memory_format:
+        return None
+    return aot().MemoryFormatMeta.from_tensor(t)
+
+
+def create_subclass_metadata(
+    a: Any, start_idx: int, count_symints: bool, with_memory_format: bool = False
+) -> tuple[Any, int]:
+    """Metadata to rebuild ``a`` from the flat list starting at ``start_idx``.
+
+    Returns ``(meta, next_idx)``. A plain tensor takes one slot; a subclass
+    takes the slots of its inner attrs (recursively; one per opaque) followed,
+    with ``count_symints``, by its symbolic sizes and strides.
+    """
+    names = aot()
+    if not is_traceable_wrapper_subclass(a):
+        idx = start_idx + 1
+        return (
+            names.PlainTensorMeta(
+                idx, memory_format=maybe_suggest_memory_format(a, with_memory_format)
+            ),
+            idx,
+        )
+
+    inner_keys, ctx = a.__tensor_flatten__()
+    next_idx = start_idx
+    attrs: dict[str, Any] = {}
+    for key in inner_keys:
+        value = getattr(a, key)
+        if classify_inner_attr(a, key, value) == "opaque":
+            attrs[key] = OpaqueMeta()
+            next_idx += 1
+        else:
+            attrs[key], next_idx = create_subclass_metadata(
+                value, next_idx, count_symints, with_memory_format
+            )
+
+    if count_symints:
+        next_idx += len(enumerate_filter_symints(a.size()))
+        next_idx += len(enumerate_filter_symints(a.stride()))
+
+    return (
+        names.SubclassCreationMeta(
+            flat_tensor_start_idx=start_idx,
+            arg_count=next_idx - start_idx,
+            included_subclass_symints=count_symints,
+            attrs=attrs,
+            meta=ctx,
+            outer_size=a.size(),
+            outer_stride=a.stride(),
+            original_subclass=a,
+            memory_format=maybe_suggest_memory_format(a, with_memory_format),
+        ),
+        next_idx,
+    )
+
+
+def create_subclass_meta(
+    curr_args: Sequence[Any],
+    *,
+    count_symints: bool = True,
+    with_memory_format: bool = False,
+) -> list[Any]:
+    """One metadata entry per argument of a flat (outer) argument list."""
+    names = aot()
+    idx = 0
+    infos: list[Any] = []
+    for a in curr_args:
+        if is_traceable_wrapper_subclass(a):
+            meta, _ = create_subclass_metadata(
+                a, idx, count_symints=count_symints, with_memory_format=with_memory_format
+            )
+            count = meta.arg_count
+        else:
+            # Plain args (tensors, symints, opaques passed directly) take one
+            # slot; here PlainTensorMeta records where it starts.
+            meta = names.PlainTensorMeta(
+                idx, memory_format=maybe_suggest_memory_format(a, with_memory_format)
+            )
+            count = 1
+        infos.append(meta)
+        idx += count
+    return infos
+
+
+def get_subclass_typing_container(tensor_subclass: Tensor) -> dict[type, list[Tensor]]:
+    """Subclass type -> instances, over a subclass and its nested inner tensors."""
+    tracker: dict[type, list[Tensor]] = collections.defaultdict(list)
+
+    def visit(t: Tensor) -> None:
+        if not is_traceable_wrapper_subclass(t):
+            return
+        tracker[type(t)].append(t)
+        inner_keys, _ = t.__tensor_flatten__()
+        for key in inner_keys:
+            value = getattr(t, key)
+            if classify_inner_attr(t, key, value) == "tensor":
+                visit(value)
+
+    visit(tensor_subclass)
+    return tracker
+
+
+def _fakeify_opaque(value: Any) -> Any:
+    """Trace time: a registered opaque becomes a FakeScriptObject of the active
+    fake mode, so the proxy tracer sees a graph input, not a constant.
+    See Note [Opaque attrs in the flat argument list]."""
+    if not compat.is_opaque_object(value) or compat.unwrap_fake_opaque(value) is not value:
+        return value
+    from torch._guards import detect_fake_mode
+    from torch._library.fake_class_registry import maybe_to_fake_obj
+
+    fake_mode = detect_fake_mode()
+    if fake_mode is None or not compat.is_registered_opaque_type(type(value)):
+        return value
+    return maybe_to_fake_obj(fake_mode, value)
+
+
+def unwrap_tensor_subclasses(
+    wrapped_args: Sequence[Any],
+    wrapped_args_descs: Sequence[Any],
+    *,
+    append_symints: bool,
+) -> tuple[list[Any], list[Any]]:
+    """Trace time: flatten subclass args (and their descriptors).
+
+    Inner tensors and opaques in ``__tensor_flatten__`` order, then (with
+    ``append_symints``) each subclass's symbolic sizes and strides.
+    """
+    names = aot()
+    xs: list[Any] = []
+    descs: list[Any] = []
+
+    def visit(t: Any, desc: Any) -> None:
+        if not is_traceable_wrapper_subclass(t):
+            xs.append(_fakeify_opaque(t))
+            descs.append(desc)
+            return
+        if isinstance(desc, names.AOTInput):
+            get_attr, size, stride = (
+                names.SubclassGetAttrAOTInput,
+                names.SubclassSizeAOTInput,
+                names.SubclassStrideAOTInput,
+            )
+        else:
+            get_attr, size, stride = (
+                names.SubclassGetAttrAOTOutput,
+                names.SubclassSizeAOTOutput,
+                names.SubclassStrideAOTOutput,
+            )
+        attrs, _ = t.__tensor_flatten__()
+        for attr in attrs:
+            visit(getattr(t, attr), get_attr(desc, attr))
+        if append_symints:
+            sizes = enumerate_filter_symints(t.size())
+            strides = enumerate_filter_symints(t.stride())
+            xs.extend(s for _, s in sizes)
+            xs.extend(s for _, s in strides)
+            descs.extend(size(desc, i) for i, _ in sizes)
+            descs.extend(stride(desc, i) for i, _ in strides)
+
+    if len(wrapped_args) != len(wrapped_args_descs):
+        raise AssertionError(
+            f"{len(wrapped_args)} args but {len(wrapped_args_descs)} descriptors"
+        )
+    for x, desc in zip(wrapped_args, wrapped_args_descs):
+        visit(x, desc)
+    return xs, descs
+
+
+def runtime_unwrap_tensor_subclasses(
+    wrapped_args: Sequence[Any],
+    *,
+    append_symints: bool,
+    subclass_metas: Sequence[Any] | None = None,
+) -> list[Any]:
+    """Run time: flatten subclass args into what the compiled graph takes.
+
+    This runs on every call of a compiled function, so it stays a tight loop:
+    no descriptors, no fakeification, opaques passed through as they are.
+    """
+    SubclassCreationMeta = aot().SubclassCreationMeta
+    out: list[Any] = []
+    append = out.append
+
+    def visit(x: Any, meta: Any) -> None:
+        attrs, _ = x.__tensor_flatten__()
+        meta_attrs = meta.attrs
+        for attr in attrs:
+            inner = getattr(x, attr)
+            inner_meta = meta_attrs.get(attr)
+            if type(inner_meta) is SubclassCreationMeta:
+                visit(inner, inner_meta)
+            else:  # plain tensor or opaque: one slot, as is
+                append(inner)
+        if append_symints:
+            size = x.size()
+            placeholders = compute_symint_placeholders(meta.outer_size)
+            if len(size) != len(placeholders):
+                raise AssertionError(f"size length mismatch: {len(size)} != {len(placeholders)}")
+            out.extend(s for s, keep in zip(size, placeholders) if keep)
+            stride = x.stride()
+            placeholders = compute_symint_placeholders(meta.outer_stride)
+            if len(stride) != len(placeholders):
+                raise AssertionError(
+                    f"stride length mismatch: {len(stride)} != {len(placeholders)}"
+                )
+            out.extend(s for s, keep in zip(stride, placeholders) if keep)
+
+    if append_symints and subclass_metas is None:
+        raise AssertionError("subclass_metas must not be None when append_symints is True")
+    for idx, x in enumerate(wrapped_args):
+        if not is_traceable_wrapper_subclass(x):
+            append(x)
+        elif subclass_metas is None:
+            get_plain_objects(x, out=out)
+        else:
+            meta = subclass_metas[idx]
+            if type(meta) is not SubclassCreationMeta:
+                raise AssertionError(f"expected SubclassCreationMeta, got {type(meta)}")
+            visit(x, meta)
+    return out
+
+
+def get_plain_objects(subclass: Any, *, out: list[Any]) -> list[Any]:
+    """Depth-first leaves of a subclass: plain tensors and opaques, in order.
+
+    Used where no metadata is at hand (the backward's saved subclasses).
+    """
+    todo = [subclass]
+    while todo:
+        curr = todo.pop()
+        if not is_traceable_wrapper_subclass(curr):
+            out.append(curr)
+            continue
+        inner_keys, _ = curr.__tensor_flatten__()
+        todo.extend(getattr(curr, key) for key in reversed(inner_keys))
+    return out
+

@@ -1,0 +1,106 @@
+"""Runtime tangent processing for the compiled backward.
+
+Before the compiled backward runs, each incoming grad_output is coerced to the
+type, flatten context and memory format that were assumed when the backward
+was traced, and flattened into the backward's inputs. Opaque attrs are not
+differentiable; they keep their flat slot and are passed through untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+from . import errors
+from ._torch_names import aot
+from .meta import OpaqueMeta
+
+
+def _coerce_metadata(x: Any, expected_type: Any, expected_meta: Any, runtime_type: Any, runtime_meta: Any) -> Any:
+    if expected_type == runtime_type and expected_meta == runtime_meta:
+        return x
+    coerce = getattr(x, "__coerce_same_metadata_as_tangent__", None)
+    if coerce is None:
+        return None
+    if expected_type == runtime_type:
+        # Subclasses written before the 2-argument form take only the meta.
+        return coerce(expected_meta)
+    return coerce(expected_meta, expected_type)
+
+
+def process_runtime_tangent(
+    x: Any,
+    meta: Any,
+    tangent_idx: int | None = None,
+    tangent_desc: Any = None,
+    compile_id_str: str | None = None,
+    tangent_stack_trace: str | None = None,
+) -> tuple[Any, list[Any]]:
+    """Returns ``(coerced tangent, its flat leaves for the backward graph)``.
+
+    The extra keyword arguments exist in torch >= 2.13's signature (for its
+    error message) and are accepted so callers of either version work.
+    """
+    names = aot()
+    if not isinstance(x, torch.Tensor):
+        return x, [x]
+
+    if isinstance(x, torch._subclasses.fake_tensor.FakeTensor):
+        if not meta.memory_format:
+            raise AssertionError("meta.memory_format must not be None for FakeTensor")
+        x = names.coerce_to_expected_memory_format(x, meta.memory_format)
+        return x, [x]
+
+    expected_type: Any = torch.Tensor
+    expected_meta = None
+    if type(meta) is names.SubclassCreationMeta:
+        expected_type = meta.original_subclass_type
+        expected_meta = meta.meta
+
+    # Inside compiled autograd's AOTDispatcher step plain tensors show up as
+    # FunctionalTensors; subclasses still show up as themselves.
+    runtime_type = type(x)
+    if isinstance(x, torch._subclasses.functional_tensor.FunctionalTensor):
+        runtime_type = torch.Tensor
+
+    runtime_meta = None
+    runtime_keys: Any = ()
+    if is_traceable_wrapper_subclass(x):
+        runtime_keys, runtime_meta = x.__tensor_flatten__()
+
+    orig_x = x
+    x = _coerce_metadata(x, expected_type, expected_meta, runtime_type, runtime_meta)
+    if x is None:
+        raise errors.tangent_metadata_mismatch(
+            expected_type, expected_meta, runtime_type, runtime_meta, orig_x
+        )
+
+    if not meta.memory_format:
+        raise AssertionError("meta.memory_format must not be None")
+    x = names.coerce_to_expected_memory_format(x, meta.memory_format)
+
+    if not is_traceable_wrapper_subclass(x):
+        return x, [x]
+    if type(meta) is not names.SubclassCreationMeta:
+        raise AssertionError(f"expected SubclassCreationMeta, got {type(meta)}")
+    if orig_x is not x:
+        runtime_keys = x.__tensor_flatten__()[0]
+    if len(meta.attrs) != len(runtime_keys):
+        raise AssertionError(
+            f"expected len(meta.attrs) == len(runtime_subclass_keys), "
+            f"got {len(meta.attrs)} != {len(runtime_keys)}"
+        )
+
+    leaves: list[Any] = []
+    for attr, attr_meta in meta.attrs.items():
+        elem = getattr(x, attr)
+        if type(attr_meta) is OpaqueMeta:
+            leaves.append(elem)  # one slot, no tangent to coerce
+            continue
+        new_elem, elem_leaves = process_runtime_tangent(elem, attr_meta)
+        if new_elem is not elem:
+            setattr(x, attr, new_elem)
+        leaves.extend(elem_leaves)
+    return x, leaves
