@@ -109,7 +109,7 @@ def install(force: bool = False) -> Status:
             _mode = "native"
             return status()
         from .points import all_points
-        from .selfcheck import check_installed
+        from .install_check import check_installed
 
         points = registry.select(all_points(), version, mode)
         _journal = registry.apply(points, self_check=check_installed)

@@ -17,7 +17,9 @@ did not exist.
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
+from types import ModuleType
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -158,7 +160,12 @@ class Journal:
         return [a.point.name for a in self.applied]
 
     def revert(self) -> list[str]:
-        """Undo in reverse order; returns problems (empty when clean)."""
+        """Undo in reverse order; returns problems (empty when clean).
+
+        A torch module first imported *while* installed may have copied a
+        replacement with ``from m import f``; those copies are put back to the
+        original too, so no replacement outlives the install.
+        """
         problems: list[str] = []
         for applied in reversed(self.applied):
             for slot in reversed(applied.slots):
@@ -166,6 +173,13 @@ class Journal:
                     slot.restore()
                 except Exception as e:  # noqa: BLE001 - keep restoring the rest
                     problems.append(f"{slot.describe()}: {e}")
+            main = applied.slots[0] if applied.slots else None
+            if main is not None and isinstance(main.owner, ModuleType):
+                for mod in _torch_modules_holding(applied.replacement, main.attr):
+                    if main.original is _MISSING:
+                        delattr(mod, main.attr)
+                    else:
+                        setattr(mod, main.attr, main.original)
         self.applied.clear()
         return problems
 
@@ -230,14 +244,34 @@ def apply(
         return journal
 
 
+def _torch_modules_holding(obj: Any, attr: str) -> list[ModuleType]:
+    return [
+        mod
+        for name, mod in list(sys.modules.items())
+        if (name == "torch" or name.startswith("torch."))
+        and isinstance(mod, ModuleType)
+        and mod.__dict__.get(attr, _MISSING) is obj
+    ]
+
+
 def verify(journal: Journal) -> None:
-    """Every journaled slot holds its replacement."""
+    """Every journaled slot holds its replacement, and no loaded torch module
+    still holds a replaced module-level function under its name (a missing
+    entry in a point's ``rebinds``)."""
     for applied in journal.applied:
         for slot in applied.slots:
             if slot.current() is not applied.replacement:
                 raise PatchError(
                     f"{applied.point.name}: {slot.describe()} does not hold the "
                     "replacement after install"
+                )
+        main = applied.slots[0]
+        if isinstance(main.owner, ModuleType) and main.original is not _MISSING:
+            stale = _torch_modules_holding(main.original, main.attr)
+            if stale:
+                raise PatchError(
+                    f"{applied.point.name}: {', '.join(m.__name__ for m in stale)} "
+                    f"still hold the original {main.attr}; add them to the point's rebinds"
                 )
 
 

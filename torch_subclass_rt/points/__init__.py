@@ -16,6 +16,7 @@ from ..patching.registry import PatchPoint
 SUBSYSTEMS: tuple[str, ...] = (
     "aot_autograd",
     "functional",
+    "tracing",
     "fake_tensors",
     "guards",
     "dynamo",

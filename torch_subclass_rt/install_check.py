@@ -63,9 +63,14 @@ def check_installed() -> None:
     su = sys.modules.get("torch._functorch._aot_autograd.subclass_utils")
     if su is None:
         raise PatchError("self-check: AOTAutograd subclass_utils is not imported")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     h1, h2 = handle_cls(), handle_cls()
+    with FakeTensorMode() as mode:
+        fake = tensor_cls(mode.from_tensor(torch.zeros(2)), h1)
+    (meta,) = su.create_subclass_meta([fake])
+    # runtime: a real subclass instance through the runtime unwrap/wrap
     t = tensor_cls(torch.zeros(2), h1)
-    (meta,) = su.create_subclass_meta([t])
     flat = su.runtime_unwrap_tensor_subclasses([t], append_symints=True, subclass_metas=[meta])
     if len(flat) != 2 or flat[1] is not h1:
         raise PatchError(f"self-check: runtime unwrap gave {flat!r}")

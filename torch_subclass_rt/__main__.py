@@ -1,0 +1,49 @@
+"""Command line: ``python -m torch_subclass_rt {status,selftest}``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _status(args: argparse.Namespace) -> int:
+    import torch_subclass_rt as tsrt
+
+    if args.install:
+        try:
+            tsrt.install(force=args.force)
+        except tsrt.UnsupportedTorchVersion as e:
+            print(e)
+            return 2
+    st = tsrt.status()
+    print(repr(st))
+    from torch_subclass_rt.patching.registry import select
+    from torch_subclass_rt.points import all_points
+
+    for mode in ("backport", "forced"):
+        pts = select(all_points(), st.torch_version, mode)
+        if pts:
+            print(f"patch points for torch {st.torch_version} ({mode}):")
+            for p in pts:
+                mark = "*" if p.name in st.points else " "
+                print(f"  {mark} {p.name:55s} {p.reason}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m torch_subclass_rt")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    st = sub.add_parser("status", help="torch version, mode and patch points")
+    st.add_argument("--install", action="store_true", help="install() first")
+    st.add_argument("--force", action="store_true", help="with --install: force=True")
+    sub.add_parser("selftest", help="compile a subclass with an opaque attr and check it")
+    args = parser.parse_args(argv)
+    if args.cmd == "status":
+        return _status(args)
+    from torch_subclass_rt.selftest import main as selftest
+
+    return selftest()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Small, documented subclasses that use opaque attrs (used by the CLI and benchmarks)."""

@@ -1,0 +1,136 @@
+"""Proxy tracing of opaques (2.11): one object, one graph input.
+
+While AOTAutograd traces, the same real opaque can be wrapped in several
+``FakeScriptObject``s (one per subclass input that shares a mesh, a fresh one
+each time ``unwrap_tensor_subclasses`` fakeifies an output). 2.11 tracks proxies
+per wrapper and deep-copies the real object into every wrapper, so a shared
+mesh turns into several graph inputs (an extra saved ``primals_N``) and the
+wrappers lose the identity of the caller's object. Torch 2.12 keys proxies by
+the real object and stops deep-copying registered opaques; these points port
+that, so graph dumps match 2.13 byte for byte.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from .._torch_compat import is_registered_opaque_type
+from ..patching.registry import PatchPoint
+from ._versions import ONLY_BACKPORT
+
+_PT = "torch.fx.experimental.proxy_tensor"
+_FCR = "torch._library.fake_class_registry"
+_NO_REAL_OBJ = object()
+#: tracer attribute holding id(real opaque) -> first proxy registered for it.
+#: Lives as long as the tracer (one trace), as do the real objects it names.
+_SIDE_MAP = "_tsrt_opaque_real_obj_proxy"
+
+
+def _real_obj(obj: Any) -> Any:
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    if isinstance(obj, FakeScriptObject):
+        real = object.__getattribute__(obj, "__dict__").get("real_obj", _NO_REAL_OBJ)
+        if real is not None and real is not _NO_REAL_OBJ and is_registered_opaque_type(type(real)):
+            return real
+    return _NO_REAL_OBJ
+
+
+def _wrap_set_proxy_slot(original):
+    @functools.wraps(original)
+    def set_proxy_slot(obj, tracer, proxy):
+        real = _real_obj(obj)
+        if real is not _NO_REAL_OBJ:
+            # First proxy wins (primals are registered before tangents), as
+            # for symints: later wrappers of the same object reuse it, so the
+            # forward never depends on a tangent placeholder.
+            side = tracer.__dict__.setdefault(_SIDE_MAP, {})
+            proxy = side.setdefault(id(real), proxy)
+        return original(obj, tracer, proxy)
+
+    return set_proxy_slot
+
+
+def _wrap_get_proxy_slot(original):
+    from torch.fx.experimental.proxy_tensor import _NoDefault
+
+    missing = object()
+
+    @functools.wraps(original)
+    def get_proxy_slot(obj, tracer, default=_NoDefault(), transform=lambda x: x):
+        value = original(obj, tracer, missing, transform)
+        if value is not missing:
+            return value
+        real = _real_obj(obj)
+        if real is not _NO_REAL_OBJ:
+            proxy = tracer.__dict__.get(_SIDE_MAP, {}).get(id(real))
+            if proxy is not None:
+                return transform(proxy)
+        return original(obj, tracer, default, transform)
+
+    return get_proxy_slot
+
+
+def _fake_script_object_init(original):
+    """Replaces ``FakeScriptObject.__init__`` (torch 2.11.0).
+
+    Differs from 2.11: a registered opaque is kept as ``real_obj`` instead of
+    being deep-copied (a DeviceMesh deep copy is costly, and the copy breaks
+    identity with the caller's object, which dedup and guards rely on).
+    TorchScript objects are still deep-copied, as in 2.11 and 2.13.
+    """
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    log = logging.getLogger("torch._library.fake_class_registry")
+
+    def __init__(self, wrapped_obj, script_class_name, x):
+        object.__setattr__(self, "wrapped_obj", wrapped_obj)
+        object.__setattr__(self, "script_class_name", script_class_name)
+        real_obj = x
+        if not is_registered_opaque_type(type(x)):
+            try:
+                import copy
+
+                with _disable_current_modes():
+                    real_obj = copy.deepcopy(x)
+            except (RuntimeError, TypeError) as e:
+                log.warning(
+                    "Unable to deepcopy the custom object %s due to %s. "
+                    "Defaulting to the user given object. This might be "
+                    "dangerous as side effects may be directly applied "
+                    "to the object.",
+                    script_class_name,
+                    e,
+                )
+        object.__setattr__(self, "real_obj", real_obj)
+
+    __init__.__qualname__ = original.__qualname__
+    return __init__
+
+
+POINTS = [
+    PatchPoint(
+        name="tracing.FakeScriptObject.__init__",
+        target=f"{_FCR}:FakeScriptObject.__init__",
+        build=_fake_script_object_init,
+        reason="keep the caller's opaque as real_obj (no deepcopy), as 2.12 does",
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="tracing.set_proxy_slot",
+        target=f"{_PT}:set_proxy_slot",
+        build=_wrap_set_proxy_slot,
+        reason="wrappers of one real opaque share one proxy (one graph input)",
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="tracing.get_proxy_slot",
+        target=f"{_PT}:get_proxy_slot",
+        build=_wrap_get_proxy_slot,
+        reason="find the proxy of a fresh wrapper of an already-traced opaque",
+        rebinds=("torch._higher_order_ops.executorch_call_delegate", "torch.export._trace"),
+        **ONLY_BACKPORT,
+    ),
+]
