@@ -1,0 +1,16 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="torch-subclass-rt",
+    version="0.1.0",
+    description=(
+        "Opaque (non-tensor) attrs in a tensor subclass's __tensor_flatten__ "
+        "under torch.compile, on torch 2.11 (backport) and >= 2.12 (native)"
+    ),
+    packages=find_packages(include=["torch_subclass_rt", "torch_subclass_rt.*"]),
+    python_requires=">=3.10",
+    # torch is not pinned here: the package supports 2.11.0 (backport) and
+    # >= 2.12 (native); install the torch you run first (see README).
+    install_requires=["torch>=2.11"],
+    extras_require={"test": ["pytest", "expecttest"]},
+)
