@@ -141,8 +141,8 @@ def status() -> Status:
 
 @contextlib.contextmanager
 def installed(force: bool = False) -> Iterator[Status]:
-    """``with installed(): ...`` — install for the block, then restore the
-    previous state (uninstalled if it was off)."""
+    """``with installed(): ...`` — install for the block, then return to the
+    state before it (uninstalled if it was off, the previous mode otherwise)."""
     with _lock:
         before = _mode
         st = install(force=force)
@@ -150,8 +150,10 @@ def installed(force: bool = False) -> Iterator[Status]:
         yield st
     finally:
         with _lock:
-            if before == "off":
+            if _mode != before:
                 uninstall()
+                if before != "off":
+                    install(force=(before == "forced"))
 
 
 def __getattr__(name: str) -> Any:
