@@ -1,0 +1,108 @@
+"""torch.distributed helpers that flatten subclasses, with opaque attrs (2.11).
+
+Both read every attr of ``__tensor_flatten__`` as a tensor. Torch 2.12 skips
+opaque attrs: an opaque has no storage to count and nothing to broadcast (a
+reference opaque such as a mesh handle is per-rank state, not data).
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+from .._torch_compat import is_opaque_object
+from ..patching.registry import PatchPoint
+from ..patching.source_edit import Edit, edited_function
+from ._versions import ONLY_BACKPORT
+
+_TOOLS = "torch.distributed._tools"
+_FSDP_INIT = "torch.distributed.fsdp._init_utils"
+
+
+def _build_get_untyped_storages(original):
+    """Replaces ``torch.distributed._tools.common_utils.get_untyped_storages``
+    (torch 2.11.0).
+
+    Differs from 2.11: opaque attrs of a subclass are skipped silently (2.11
+    warned "Expected a tensor ..." for each, and mem_tracker / sac_estimator
+    call this per tensor). Unlike 2.12, any *other* non-tensor attr still
+    gets 2.11's warning rather than 2.12's AssertionError: the backport adds
+    opaque support and leaves the rest of 2.11's behaviour alone.
+    """
+
+    @functools.wraps(original)
+    def get_untyped_storages(t: torch.Tensor) -> set[torch.UntypedStorage]:
+        unflattened_tensors = [t]
+        flattened_tensor_storages = set()
+        while len(unflattened_tensors) > 0:
+            obj = unflattened_tensors.pop()
+            if is_traceable_wrapper_subclass(obj):
+                attrs, _ = obj.__tensor_flatten__()  # type: ignore[attr-defined]
+                for attr in attrs:
+                    value = getattr(obj, attr)
+                    if isinstance(value, torch.Tensor) or not is_opaque_object(value):
+                        unflattened_tensors.append(value)
+            else:
+                if not hasattr(obj, "untyped_storage"):
+                    warnings.warn(
+                        f"Expected a tensor or a traceable wrapper-subclass of tensor, but got {type(obj)}",
+                        category=UserWarning,
+                        stacklevel=2,
+                    )
+                else:
+                    flattened_tensor_storages.add(obj.untyped_storage())
+        return flattened_tensor_storages
+
+    return get_untyped_storages
+
+
+def _build_sync_module_params_and_buffers(original):
+    """``fsdp._init_utils._sync_module_params_and_buffers`` (torch 2.11.0)
+    with its two "inner attrs of a subclass" list comprehensions filtered to
+    drop opaques, as 2.12 does; otherwise an opaque reaches
+    ``_check_module_states_for_sync_module_states`` (reads ``.device``) and
+    the broadcast. The edited code runs in ``_init_utils``'s globals, which
+    lack our helper, so it imports it locally (a cached import, once per call).
+    """
+    return edited_function(
+        original,
+        [
+            Edit(
+                "module_states: list[torch.Tensor] = []",
+                f"from {is_opaque_object.__module__} import is_opaque_object as _tsrt_is_opaque\n"
+                "module_states: list[torch.Tensor] = []",
+            ),
+            Edit(
+                "inner_buffers = [getattr(detached_buffer, attr) for attr in attrs]",
+                "inner_buffers = [getattr(detached_buffer, attr) for attr in attrs]\n"
+                "inner_buffers = [v for v in inner_buffers if not _tsrt_is_opaque(v)]",
+            ),
+            Edit(
+                "inner_params = [getattr(detached_param, attr) for attr in attrs]",
+                "inner_params = [getattr(detached_param, attr) for attr in attrs]\n"
+                "inner_params = [v for v in inner_params if not _tsrt_is_opaque(v)]",
+            ),
+        ],
+    )
+
+
+POINTS = [
+    PatchPoint(
+        name="distributed.get_untyped_storages",
+        target=f"{_TOOLS}.common_utils:get_untyped_storages",
+        build=_build_get_untyped_storages,
+        reason="opaque attrs have no storage; 2.11 warned for each",
+        rebinds=(f"{_TOOLS}.mem_tracker", f"{_TOOLS}.sac_estimator"),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="distributed.fsdp_sync_module_params_and_buffers",
+        target=f"{_FSDP_INIT}:_sync_module_params_and_buffers",
+        build=_build_sync_module_params_and_buffers,
+        reason="FSDP sync_module_states: do not broadcast opaque attrs",
+        **ONLY_BACKPORT,
+    ),
+]

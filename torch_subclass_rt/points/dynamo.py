@@ -1,0 +1,205 @@
+"""Dynamo: trace a subclass input whose flatten attrs include opaques.
+
+torch 2.11's Dynamo assumes every ``__tensor_flatten__`` attr is a tensor
+when it picks dynamic dims for an input (``_automatic_dynamic``), marks dims
+dynamic (``mark_dynamic``), reads an attr off an intermediate subclass
+(``y.mesh``) and returns a graph output. Reference opaques are already
+lifted to graph inputs on 2.11 (``wrap_tensor`` builds every attr), so only
+these tensor-only assumptions need porting from torch 2.12 (PR 176457).
+Each point is a small source edit of the 2.11 function, except the
+11-line ``_apply_func_to_inner_tensors_of_same_dim``, which is replaced.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+from ..patching.registry import PatchPoint
+from ..patching.source_edit import Edit, edited_function
+from ._dynamo_opaque import is_opaque_attr
+from ._versions import ONLY_BACKPORT
+
+_HELPERS = "torch_subclass_rt.points._dynamo_opaque"
+_BUILDER = "torch._dynamo.variables.builder"
+
+
+def _build_automatic_dynamic(original):
+    # 2.12 creates inner symbolic contexts for tensor attrs only; opaque attrs
+    # have none (meta_tensor and produce_guards_verbose skip them too).
+    return edited_function(
+        original,
+        [
+            Edit(
+                """
+                for attr in attrs:
+                    inner_tensor = getattr(e, attr)
+                """,
+                f"""
+                from {_HELPERS} import is_opaque_attr as _tsrt_is_opaque_attr
+
+                for attr in attrs:
+                    inner_tensor = getattr(e, attr)
+                    if _tsrt_is_opaque_attr(inner_tensor):
+                        continue
+                """,
+            ),
+        ],
+    )
+
+
+def _build_wrap_tensor(original):
+    # 2.12 rejects flatten attrs that are neither tensors nor reference
+    # opaques up front, with an error that names the attr (2.11 failed later,
+    # deep inside fakeification).
+    return edited_function(
+        original,
+        [
+            Edit(
+                """
+                for attr in attrs:
+                    inner_value = getattr(value, attr)
+                """,
+                f"""
+                from {_HELPERS} import check_flatten_attr as _tsrt_check_flatten_attr
+
+                for attr in attrs:
+                    inner_value = getattr(value, attr)
+                    _tsrt_check_flatten_attr(value, attr, inner_value)
+                """,
+            ),
+        ],
+    )
+
+
+def _build_dynamic_getattr(original):
+    # `y.mesh` on an intermediate subclass (no source): 2.11 asserts a
+    # flatten attr is a tensor. 2.12 also accepts an opaque (wrap_fx_proxy
+    # turns a real reference opaque into a FakeScriptObject-backed
+    # TorchScriptObjectVariable) and wraps an attr that is already a
+    # FakeScriptObject (an opaque put into a subclass inside the graph) as is.
+    return edited_function(
+        original,
+        [
+            Edit(
+                """
+                if name in attrs:
+                    # attrs returned from tensor_flatten are always tensors
+                    assert isinstance(example_value, torch.Tensor)
+                """,
+                f"""
+                from torch._library.fake_class_registry import (
+                    FakeScriptObject as _tsrt_FakeScriptObject,
+                )
+                from {_HELPERS} import is_tensor_or_opaque as _tsrt_is_tensor_or_opaque
+
+                if isinstance(example_value, _tsrt_FakeScriptObject):
+                    return TorchScriptObjectVariable.create(proxy, example_value)
+                if name in attrs:
+                    # attrs returned from tensor_flatten are tensors or opaques
+                    if not _tsrt_is_tensor_or_opaque(example_value):
+                        raise AssertionError(
+                            f"Expected Tensor or OpaqueBase, got {{type(example_value)}}"
+                        )
+                """,
+            ),
+        ],
+    )
+
+
+def _build_codegen_call(original):
+    # Returning an opaque (`return y, y.mesh`): its TorchScriptObjectVariable
+    # is a graph output like a tensor (2.12 adds it to this isinstance list).
+    # codegen.py does not import the class, so it is named through `torch`.
+    return edited_function(
+        original,
+        [
+            Edit(
+                """
+                elif isinstance(
+                    value,
+                    (
+                        TensorVariable,
+                        SymNodeVariable,
+                        UnspecializedPythonVariable,
+                        NumpyNdarrayVariable,
+                    ),
+                ):
+                """,
+                """
+                elif isinstance(
+                    value,
+                    (
+                        TensorVariable,
+                        SymNodeVariable,
+                        UnspecializedPythonVariable,
+                        NumpyNdarrayVariable,
+                        torch._dynamo.variables.script_object.TorchScriptObjectVariable,
+                    ),
+                ):
+                """,
+            ),
+        ],
+    )
+
+
+def _apply_func_to_inner_tensors_of_same_dim(
+    func: Callable[..., Any], t: object, *args: Any, **kwargs: Any
+) -> None:
+    """Replaces ``torch._dynamo.decorators._apply_func_to_inner_tensors_of_same_dim``
+    (torch 2.11.0). Differs: opaque attrs are skipped (they have no dims), as
+    in torch 2.12; anything else that is not a tensor is an error.
+    """
+    assert is_traceable_wrapper_subclass(t)
+
+    attrs, _ctx = t.__tensor_flatten__()
+    assert isinstance(t, torch.Tensor)
+    for attr in attrs:
+        inner = getattr(t, attr)
+        if is_opaque_attr(inner):
+            continue
+        if not isinstance(inner, torch.Tensor):
+            raise AssertionError(f"expected Tensor or OpaqueBase, got {type(inner)}")
+        if inner.dim() == t.dim():
+            func(inner, *args, **kwargs)
+
+
+POINTS = [
+    PatchPoint(
+        name="dynamo._automatic_dynamic",
+        target=f"{_BUILDER}:_automatic_dynamic",
+        build=_build_automatic_dynamic,
+        reason="\"'Mesh' object has no attribute 'is_nested'\": recursed into opaque attrs",
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="dynamo.VariableBuilder.wrap_tensor",
+        target=f"{_BUILDER}:VariableBuilder.wrap_tensor",
+        build=_build_wrap_tensor,
+        reason="clear error for flatten attrs that are not tensors or reference opaques",
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="dynamo.TensorVariable.dynamic_getattr",
+        target="torch._dynamo.variables.tensor:TensorVariable.dynamic_getattr",
+        build=_build_dynamic_getattr,
+        reason="reading an opaque attr off an intermediate subclass (y.mesh)",
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="dynamo.PyCodegen.__call__",
+        target="torch._dynamo.codegen:PyCodegen.__call__",
+        build=_build_codegen_call,
+        reason="an opaque (TorchScriptObjectVariable) returned as a graph output",
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="dynamo._apply_func_to_inner_tensors_of_same_dim",
+        target="torch._dynamo.decorators:_apply_func_to_inner_tensors_of_same_dim",
+        build=lambda _original: _apply_func_to_inner_tensors_of_same_dim,
+        reason="mark_dynamic & co. called .dim() on opaque attrs",
+        **ONLY_BACKPORT,
+    ),
+]

@@ -1,0 +1,72 @@
+"""Non-strict ``torch.export`` with opaque attrs in ``__tensor_flatten__`` (2.11).
+
+Non-strict export builds a symbolic context for every input tensor with
+``non_strict_utils._create_symbolic_context_for_tensor``, which recurses into
+every attr named by ``__tensor_flatten__`` and reads ``.shape`` off it: an
+opaque attr fails with ``'Counter' object has no attribute 'shape'``. Torch
+2.12 skips opaque attrs, so the subclass's ``inner_contexts`` holds entries for
+its tensor attrs only.
+
+Strict export goes through Dynamo and needs no point here.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from torch import Tensor
+
+from .._torch_compat import is_opaque_object
+from ..patching.registry import PatchPoint
+from ._versions import ONLY_BACKPORT
+
+_NSU = "torch._export.non_strict_utils"
+
+
+class _OpaqueAttr:
+    """Stands in for the context of an opaque attr until the parent strips it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<opaque attr: no symbolic context>"
+
+
+_OPAQUE_ATTR = _OpaqueAttr()
+
+
+def _build_create_symbolic_context_for_tensor(original):
+    """Sentinel-then-strip around the 2.11 function.
+
+    The function recurses through its module global, which is this wrapper
+    once installed. So the recursive call for an opaque attr lands here and
+    answers a sentinel instead of reading ``.shape``; when the parent's
+    context comes back, the sentinel entries are removed from its
+    ``inner_contexts`` (a plain dict), leaving exactly what 2.12+ builds.
+    Everything else is the original code, untouched.
+    """
+
+    @functools.wraps(original)
+    def _create_symbolic_context_for_tensor(t, source, t_constraints, sources, mode):
+        if not isinstance(t, Tensor) and is_opaque_object(t):
+            return _OPAQUE_ATTR
+        context = original(t, source, t_constraints, sources, mode)
+        inner = getattr(context, "inner_contexts", None)
+        if inner:
+            for attr in [a for a, c in inner.items() if c is _OPAQUE_ATTR]:
+                del inner[attr]
+        return context
+
+    return _create_symbolic_context_for_tensor
+
+
+POINTS = [
+    PatchPoint(
+        name="export.create_symbolic_context_for_tensor",
+        target=f"{_NSU}:_create_symbolic_context_for_tensor",
+        build=_build_create_symbolic_context_for_tensor,
+        reason="non-strict export: no symbolic context for opaque attrs of a "
+        "subclass input (2.11 reads .shape off them)",
+        **ONLY_BACKPORT,
+    ),
+]

@@ -1,0 +1,204 @@
+"""Fake/meta tensors: fakeify a subclass whose flatten attrs include opaques.
+
+torch 2.11 assumes every ``__tensor_flatten__`` attr is a tensor when it
+describes a real subclass (``MetaTensorDescriber.describe_tensor``), rebuilds
+it as a fake one (``MetaConverter.meta_tensor``) and asks whether a subclass
+is fake / which fake mode it belongs to (``is_fake``, ``maybe_get_fake_mode``).
+torch 2.12 (PR 176457) skips opaque attrs in all four and passes the real
+opaque object through to ``__tensor_unflatten__``; these points port that.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from torch import Tensor
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+from .._torch_compat import is_opaque_object
+from ..patching.registry import PatchPoint
+from ..patching.source_edit import Edit, edited_function
+from ._versions import ONLY_BACKPORT
+
+_FT = "torch._subclasses.fake_tensor"
+_MU = "torch._subclasses.meta_utils"
+# the edited torch sources below call into this module
+_HELPERS = "torch_subclass_rt.points._fake_opaque_attrs"
+
+
+def _tensor_attrs(x: Any) -> list[Tensor]:
+    """The flatten attrs of subclass ``x`` that are not opaque objects."""
+    attrs, _ = type(x).__tensor_flatten__(x)
+    out = []
+    for attr in attrs:
+        inner = getattr(x, attr)
+        if not isinstance(inner, Tensor) and is_opaque_object(inner):
+            continue
+        out.append(inner)
+    return out
+
+
+def _build_is_fake(original):
+    def is_fake(x: object) -> bool:
+        """Replaces ``torch._subclasses.fake_tensor.is_fake`` (torch 2.11.0).
+
+        Differs from 2.11 only for traceable wrapper subclasses: opaque attrs
+        are skipped (as in torch 2.12), the tensor attrs must agree, and a
+        subclass without tensor attrs is not fake. Every other case
+        (FakeTensor, functional and functorch wrappers) is answered by the
+        2.11 function, which recurses through the module global and so comes
+        back here for a subclass inside a wrapper.
+        """
+        if is_traceable_wrapper_subclass(x):
+            tensors = _tensor_attrs(x)
+            all_fake = all(is_fake(t) for t in tensors)
+            any_fake = any(is_fake(t) for t in tensors)
+            if all_fake != any_fake:
+                raise AssertionError("got mixed fake and real tensors!")
+            return any_fake
+        return original(x)
+
+    is_fake.__wrapped__ = original  # type: ignore[attr-defined]
+    return is_fake
+
+
+def _build_maybe_get_fake_mode(original):
+    def maybe_get_fake_mode(t: object) -> Optional[Any]:
+        """Replaces ``torch._subclasses.fake_tensor.maybe_get_fake_mode`` (2.11.0).
+
+        Differs from 2.11 only for traceable wrapper subclasses: opaque attrs
+        are skipped (as in torch 2.12); the tensor attrs must all report the
+        same mode (2.11's rule); no tensor attrs -> None. Everything else is
+        delegated to the 2.11 function.
+        """
+        if is_traceable_wrapper_subclass(t):
+            modes = [maybe_get_fake_mode(x) for x in _tensor_attrs(t)]
+            if not modes:
+                return None
+            m = modes[0]
+            if not all(m is x for x in modes):
+                raise AssertionError("All fake tensor modes must be the same")
+            return m
+        return original(t)
+
+    maybe_get_fake_mode.__wrapped__ = original  # type: ignore[attr-defined]
+    return maybe_get_fake_mode
+
+
+def _build_describe_tensor(original):
+    # 2.12 describes tensor attrs and keeps opaque attrs aside
+    # (MetaTensorDesc.opaque_attrs). We keep them on the desc instance; see
+    # _fake_opaque_attrs for why not a dataclass field.
+    return edited_function(
+        original,
+        [
+            Edit(
+                """
+                attrs = {
+                    attr: self.describe_tensor(getattr(t, attr), trace=trace)
+                    for attr in raw_attrs
+                }
+                """,
+                f"""
+                from {_HELPERS} import describe_flatten_attrs as _tsrt_describe
+
+                attrs, opaque_attrs = _tsrt_describe(self, t, raw_attrs, trace)
+                """,
+            ),
+            Edit("attrs = None\nctx = None", "attrs = None\nopaque_attrs = None\nctx = None"),
+            Edit(
+                """
+                if trace and r.id not in self.traced_tensors:
+                """,
+                f"""
+                if opaque_attrs:
+                    from {_HELPERS} import attach as _tsrt_attach
+
+                    _tsrt_attach(r, opaque_attrs)
+                if trace and r.id not in self.traced_tensors:
+                """,
+            ),
+        ],
+    )
+
+
+def _build_meta_tensor(original):
+    return edited_function(
+        original,
+        [
+            # _empty_create_subclass: hand the real opaque objects to
+            # __tensor_unflatten__ next to the fakeified inner tensors (2.12).
+            Edit(
+                """
+                return t.type.__tensor_unflatten__(  # type: ignore[attr-defined]
+                    inner_tensors, t.ctx, outer_size, outer_stride
+                )
+                """,
+                f"""
+                from {_HELPERS} import opaque_attrs_of as _tsrt_opaque_attrs_of
+
+                inner_tensors.update(_tsrt_opaque_attrs_of(t))
+                return t.type.__tensor_unflatten__(  # type: ignore[attr-defined]
+                    inner_tensors, t.ctx, outer_size, outer_stride
+                )
+                """,
+            ),
+            # view replay of a subclass view: only tensor attrs have a desc
+            # (2.12: `if attr in t.attrs`).
+            Edit(
+                """
+                for attr in attrs:
+                    real_to_fake_mapping[t.attrs[attr].id] = getattr(fake_t, attr)
+                """,
+                """
+                for attr in attrs:
+                    if attr in t.attrs:
+                        real_to_fake_mapping[t.attrs[attr].id] = getattr(fake_t, attr)
+                """,
+            ),
+        ],
+    )
+
+
+_IS_FAKE_IMPORTERS = (
+    "torch._functorch._aot_autograd.schemas",
+    "torch.export.graph_signature",
+    "torch.fx.experimental.proxy_tensor",
+    "torch._dynamo.utils",
+    "torch._dynamo.variables.builder",
+    "torch._inductor.cudagraph_utils",
+    "torch.testing._internal.subclasses",
+)
+
+POINTS = [
+    PatchPoint(
+        name="fake.is_fake",
+        target=f"{_FT}:is_fake",
+        build=_build_is_fake,
+        reason="'got mixed fake and real tensors!' on a subclass with an opaque attr",
+        rebinds=_IS_FAKE_IMPORTERS,
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="fake.maybe_get_fake_mode",
+        target=f"{_FT}:maybe_get_fake_mode",
+        build=_build_maybe_get_fake_mode,
+        reason="'All fake tensor modes must be the same' on a subclass with an opaque attr",
+        rebinds=("torch._dynamo.utils", "torch._dynamo.variables.builder"),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="fake.MetaTensorDescriber.describe_tensor",
+        target=f"{_MU}:MetaTensorDescriber.describe_tensor",
+        build=_build_describe_tensor,
+        reason="describe only tensor attrs; keep opaque attrs on the desc",
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="fake.MetaConverter.meta_tensor",
+        target=f"{_MU}:MetaConverter.meta_tensor",
+        build=_build_meta_tensor,
+        reason="pass opaque attrs to __tensor_unflatten__; view replay of tensor attrs only",
+        **ONLY_BACKPORT,
+    ),
+]

@@ -1,0 +1,258 @@
+"""``unwrap_tensor_subclass_parameters`` with opaque attrs (torch 2.11).
+
+``UnwrapTensorSubclass`` (the parametrization that replaces a subclass
+parameter by its inner tensors) recurses into every attr of
+``__tensor_flatten__`` and calls ``__tensor_flatten__`` on an opaque. Torch
+2.12 records an ``OpaqueMeta`` for a reference-type opaque attr, passes the
+object itself through the flat list, and ``ParametrizationList`` stores it
+as a plain attribute ``original{i}`` (not a parameter or buffer, so it is in
+neither ``parameters()`` nor ``state_dict()``). This module ports both.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from .._torch_compat import is_opaque_object, is_reference_opaque_type
+from ..patching.registry import PatchPoint
+from ..patching.source_edit import Edit, edited_function
+from ..runtime.meta import OpaqueMeta
+from ._versions import ONLY_BACKPORT
+
+_SP = "torch._functorch._aot_autograd.subclass_parametrization"
+_PZ = "torch.nn.utils.parametrize"
+
+
+def _is_opaque(value: object) -> bool:
+    return not isinstance(value, torch.Tensor) and is_opaque_object(value)
+
+
+# --- UnwrapTensorSubclass ---------------------------------------------------
+
+
+def _build_forward(original):
+    """Replaces ``subclass_parametrization.UnwrapTensorSubclass.forward``
+    (torch 2.11.0).
+
+    Differs from 2.11: an ``OpaqueMeta`` attr takes its object from the next
+    flat slot as is, instead of recursing into it (torch 2.12 behaviour).
+    """
+
+    @functools.wraps(original)
+    def forward(self, *tensors):  # type: ignore[no-untyped-def]
+        todo: list[Any] = list(tensors)
+
+        def _unwrap_tensor_subclasses(subclass_meta, tensors, offset):  # type: ignore[no-untyped-def]
+            if subclass_meta is None:
+                return tensors[offset], offset + 1
+            inner_tensors = {}
+            for attr, meta in subclass_meta.attrs.items():
+                if isinstance(meta, OpaqueMeta):
+                    inner_tensors[attr] = tensors[offset]
+                    offset += 1
+                else:
+                    built_tensor, offset = _unwrap_tensor_subclasses(
+                        meta, tensors, offset
+                    )
+                    inner_tensors[attr] = built_tensor
+            rebuilt = subclass_meta.class_type.__tensor_unflatten__(
+                inner_tensors,
+                subclass_meta.metadata,
+                subclass_meta.outer_size,
+                subclass_meta.outer_stride,
+            )
+            return rebuilt, offset
+
+        return _unwrap_tensor_subclasses(self.subclass_meta, todo, 0)[0]
+
+    return forward
+
+
+def _build_right_inverse(original):
+    """Replaces ``subclass_parametrization.UnwrapTensorSubclass.right_inverse``
+    (torch 2.11.0).
+
+    Differs from 2.11 (as torch 2.12): a reference-type opaque attr gets an
+    ``OpaqueMeta`` and the object itself is appended to the flat list;
+    a value-type opaque raises ``ValueError``; any other non-tensor attr
+    raises ``AssertionError`` (2.11 failed on it with an AttributeError).
+    """
+    # 2.11's own dataclass, so consumers see the type they expect.
+    subclass_creation_meta = original.__globals__["SubclassCreationMeta"]
+
+    @functools.wraps(original)
+    def right_inverse(self, tensor: torch.Tensor) -> list[Any]:
+        if type(tensor) is torch.Tensor:
+            raise AssertionError("tensor must be a subclass, not torch.Tensor")
+        plain_tensors: list[Any] = []
+
+        def _create_subclass_meta(tensor, idx, plain_tensor_container):  # type: ignore[no-untyped-def]
+            if type(tensor) is torch.Tensor:
+                plain_tensor_container.append(tensor)
+                return None, idx + 1
+            inner_tensors_attrnames, metadata = tensor.__tensor_flatten__()  # type: ignore[attr-defined]
+            new_idx = idx
+            attr_to_meta: dict[str, Any] = {}
+            for attr in inner_tensors_attrnames:
+                val = getattr(tensor, attr)
+                if _is_opaque(val):
+                    if not is_reference_opaque_type(type(val)):
+                        raise ValueError(
+                            f"{type(val).__name__!r} found in tensor attrs of "
+                            f"{type(tensor).__name__}.__tensor_flatten__(). "
+                            "Only tensors and reference-type opaques are allowed "
+                            "in tensor attrs."
+                        )
+                    attr_to_meta[attr] = OpaqueMeta()
+                    plain_tensor_container.append(val)
+                    new_idx += 1
+                elif isinstance(val, torch.Tensor):
+                    subclass_meta, new_idx = _create_subclass_meta(
+                        val, new_idx, plain_tensor_container
+                    )
+                    attr_to_meta[attr] = subclass_meta
+                else:
+                    raise AssertionError(
+                        f"expected Tensor or OpaqueBase, got {type(val)}"
+                    )
+            return (
+                subclass_creation_meta(
+                    start_idx=idx,
+                    num_tensors=new_idx - idx,
+                    class_type=type(tensor),
+                    attrs=attr_to_meta,
+                    metadata=metadata,
+                    outer_size=tensor.size(),
+                    outer_stride=tensor.stride(),
+                ),
+                new_idx,
+            )
+
+        self.subclass_meta = _create_subclass_meta(tensor, 0, plain_tensors)[0]
+        return plain_tensors
+
+    return right_inverse
+
+
+# --- ParametrizationList ----------------------------------------------------
+# Both methods are long and only their per-element type checks change, so
+# they are source edits of 2.11's text. The edited code runs in
+# torch.nn.utils.parametrize's globals, which lack our helpers: it imports
+# them locally (a cached import, once per call).
+
+_HELPERS = (
+    f"from {is_opaque_object.__module__} import "
+    "is_opaque_object as _tsrt_is_opaque, "
+    "is_reference_opaque_type as _tsrt_is_reference_type"
+)
+
+
+def _build_parametrization_list_init(original):
+    """``ParametrizationList.__init__`` (torch 2.11.0) with one edit, as 2.12:
+    an element of ``right_inverse``'s sequence that is a reference-type opaque
+    is stored as a plain attribute ``original{i}``; a value-type opaque raises
+    ``ValueError``. The zero-argument ``super()`` keeps working (source_edit
+    re-creates the ``__class__`` cell).
+    """
+    return edited_function(
+        original,
+        [
+            Edit(
+                """
+                for i, originali in enumerate(new):
+                    if not isinstance(originali, Tensor):
+                """,
+                f"""
+                for i, originali in enumerate(new):
+                    {_HELPERS}
+                    if not isinstance(originali, Tensor) and _tsrt_is_opaque(originali):
+                        if not _tsrt_is_reference_type(type(originali)):
+                            raise ValueError(
+                                f"'right_inverse' must return a Tensor or a reference-type "
+                                f"opaque. Got element {{i}} of the sequence with type "
+                                f"{{type(originali).__name__}}."
+                            )
+                        # Not a parameter or buffer: no grad, not in state_dict.
+                        setattr(self, f"original{{i}}", originali)
+                        continue
+                    if not isinstance(originali, Tensor):
+                """,
+            )
+        ],
+    )
+
+
+def _build_parametrization_list_right_inverse(original):
+    """``ParametrizationList.right_inverse`` (torch 2.11.0) with one edit, as
+    2.12: a reference-type opaque in the returned sequence replaces the plain
+    attribute ``original{i}`` (no dtype check, no ``set_``).
+    """
+    return edited_function(
+        original,
+        [
+            Edit(
+                """
+                for i, tensor in enumerate(value):
+                    original_i = getattr(self, f"original{i}")
+                    if not isinstance(tensor, Tensor):
+                """,
+                """
+                for i, tensor in enumerate(value):
+                    original_i = getattr(self, f"original{i}")
+                    if not isinstance(tensor, Tensor):
+                        %s
+                        if _tsrt_is_opaque(tensor) and _tsrt_is_reference_type(type(tensor)):
+                            setattr(self, f"original{i}", tensor)
+                            continue
+                """
+                % _HELPERS,
+            ),
+            # 2.12's wording of the error, which now also admits opaques.
+            Edit(
+                """
+                f"`right_inverse` must return a sequence of tensors. "
+                f"Got element {i} of type {type(tensor).__name__}"
+                """,
+                """
+                f"'right_inverse' must return a sequence of tensors "
+                f"or reference-type opaques. Got element {i} of type "
+                f"{type(tensor).__name__}."
+                """,
+            ),
+        ],
+    )
+
+
+POINTS = [
+    PatchPoint(
+        name="parametrize.UnwrapTensorSubclass.forward",
+        target=f"{_SP}:UnwrapTensorSubclass.forward",
+        build=_build_forward,
+        reason="rebuild the subclass with its opaque attrs from the flat originals",
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="parametrize.UnwrapTensorSubclass.right_inverse",
+        target=f"{_SP}:UnwrapTensorSubclass.right_inverse",
+        build=_build_right_inverse,
+        reason="OpaqueMeta for opaque attrs; the object is one flat original",
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="parametrize.ParametrizationList.__init__",
+        target=f"{_PZ}:ParametrizationList.__init__",
+        build=_build_parametrization_list_init,
+        reason="store an opaque original as a plain attribute, not a parameter",
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="parametrize.ParametrizationList.right_inverse",
+        target=f"{_PZ}:ParametrizationList.right_inverse",
+        build=_build_parametrization_list_right_inverse,
+        reason="assigning a subclass re-stores its opaque original as an attribute",
+        **ONLY_BACKPORT,
+    ),
+]
