@@ -111,6 +111,14 @@ POINTS = [
         **RUNTIME,
     ),
     PatchPoint(
+        name="aot.wrap_tensor_subclasses",
+        target=f"{_SU}:wrap_tensor_subclasses",
+        build=_ours(wrap.wrap_tensor_subclasses),
+        reason="per-call rebuild of subclass outputs through precomputed plans",
+        rebinds=("torch._functorch.aot_autograd", f"{_AOT}.runtime_wrappers"),
+        **RUNTIME,
+    ),
+    PatchPoint(
         name="aot.process_runtime_tangent",
         target=f"{_AOT}.runtime_wrappers:AOTDispatchAutograd.process_runtime_tangent",
         build=_ours_static(tangents.process_runtime_tangent),

@@ -33,7 +33,7 @@ from torch import SymInt, Tensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .. import _torch_compat as compat
-from . import errors
+from . import errors, plans
 from ._torch_names import aot
 from .meta import OpaqueMeta
 
@@ -246,49 +246,23 @@ def runtime_unwrap_tensor_subclasses(
 ) -> list[Any]:
     """Run time: flatten subclass args into what the compiled graph takes.
 
-    This runs on every call of a compiled function, so it stays a tight loop:
-    no descriptors, no fakeification, opaques passed through as they are.
+    Runs on every call of a compiled function: it follows a precomputed
+    plan per subclass metadata (see ``plans``); opaques are passed as they are.
     """
-    SubclassCreationMeta = aot().SubclassCreationMeta
-    out: list[Any] = []
-    append = out.append
-
-    def visit(x: Any, meta: Any) -> None:
-        attrs, _ = x.__tensor_flatten__()
-        meta_attrs = meta.attrs
-        for attr in attrs:
-            inner = getattr(x, attr)
-            inner_meta = meta_attrs.get(attr)
-            if type(inner_meta) is SubclassCreationMeta:
-                visit(inner, inner_meta)
-            else:  # plain tensor or opaque: one slot, as is
-                append(inner)
-        if append_symints:
-            size = x.size()
-            placeholders = compute_symint_placeholders(meta.outer_size)
-            if len(size) != len(placeholders):
-                raise AssertionError(f"size length mismatch: {len(size)} != {len(placeholders)}")
-            out.extend(s for s, keep in zip(size, placeholders) if keep)
-            stride = x.stride()
-            placeholders = compute_symint_placeholders(meta.outer_stride)
-            if len(stride) != len(placeholders):
-                raise AssertionError(
-                    f"stride length mismatch: {len(stride)} != {len(placeholders)}"
-                )
-            out.extend(s for s, keep in zip(stride, placeholders) if keep)
-
     if append_symints and subclass_metas is None:
         raise AssertionError("subclass_metas must not be None when append_symints is True")
+    SubclassCreationMeta = aot().SubclassCreationMeta
+    out: list[Any] = []
     for idx, x in enumerate(wrapped_args):
         if not is_traceable_wrapper_subclass(x):
-            append(x)
+            out.append(x)
         elif subclass_metas is None:
             get_plain_objects(x, out=out)
         else:
             meta = subclass_metas[idx]
             if type(meta) is not SubclassCreationMeta:
                 raise AssertionError(f"expected SubclassCreationMeta, got {type(meta)}")
-            visit(x, meta)
+            plans.run_unwrap(plans.unwrap_plan(meta), x, out, append_symints)
     return out
 
 

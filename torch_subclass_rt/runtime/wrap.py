@@ -14,7 +14,7 @@ from torch import Tensor
 import torch.utils._pytree as pytree
 
 from .. import _torch_compat as compat
-from . import errors
+from . import errors, plans
 from ._torch_names import aot
 from .flatten import compute_symint_placeholders
 from .meta import OpaqueMeta
@@ -56,6 +56,10 @@ def creation_fn(self: Any, all_args: Sequence[Any], *, is_runtime: bool) -> Tens
     Opaque attrs take the object found in their slot: at run time that is the
     caller's (or the graph's output) object, never the compile-time one.
     """
+    if is_runtime:
+        # Hot path (every call): a precomputed plan, no per-slot checks; the
+        # flat list was produced by the graph whose metadata this is.
+        return plans.run_wrap(plans.wrap_plan(self), all_args)
     PlainTensorMeta = aot().PlainTensorMeta
     inner: dict[str, Any] = {}
     idx = self.flat_tensor_start_idx
@@ -77,20 +81,62 @@ def creation_fn(self: Any, all_args: Sequence[Any], *, is_runtime: bool) -> Tens
             idx += attr_meta.arg_count
         inner[attr] = value
 
-    if is_runtime:
-        subclass_type = self.original_subclass_type
-        if subclass_type is None:
-            raise AssertionError("original_subclass_type must not be None at runtime")
-        outer_size, outer_stride = self.compute_outer_size_and_stride(
-            all_args, curr_start_idx=idx
-        )
-    else:
-        subclass_type = type(self.original_subclass)
-        outer_size, outer_stride = self.outer_size, self.outer_stride
-
-    rebuilt = subclass_type.__tensor_unflatten__(inner, self.meta, outer_size, outer_stride)
-    if not is_runtime:
-        # Traced through the autograd engine: the rebuilt wrapper needs the
-        # original's autograd metadata (requires_grad, grad_fn-ness).
-        torch._mirror_autograd_meta_to(self.original_subclass, rebuilt)  # type: ignore[attr-defined]
+    rebuilt = type(self.original_subclass).__tensor_unflatten__(
+        inner, self.meta, self.outer_size, self.outer_stride
+    )
+    # Traced through the autograd engine: the rebuilt wrapper needs the
+    # original's autograd metadata (requires_grad, grad_fn-ness).
+    torch._mirror_autograd_meta_to(self.original_subclass, rebuilt)  # type: ignore[attr-defined]
     return rebuilt
+
+
+def wrap_tensor_subclasses(
+    unwrapped_args: Sequence[Any],
+    *,
+    subclass_metas: Sequence[Any],
+    num_fw_outs_saved_for_bw: int | None = None,
+    included_subclass_symints: bool = False,
+    is_runtime: bool = False,
+    make_subclass_override: Any = None,
+) -> tuple[Any, ...]:
+    """Rebuild the outer values (plain or subclass) from the flat list.
+
+    ``subclass_metas`` describe the user-visible outputs; with
+    ``num_fw_outs_saved_for_bw``, the flat list ends with that many extra
+    activations the partitioner added, returned unwrapped after them
+    (Note: [Partitioner handling for Subclasses, Part 2] in torch).
+    """
+    names = aot()
+    PlainTensorMeta, SubclassCreationMeta = names.PlainTensorMeta, names.SubclassCreationMeta
+    wrapped: list[Any] = []
+    tallied = 0
+    for meta in subclass_metas:
+        if type(meta) is PlainTensorMeta:
+            wrapped.append(unwrapped_args[meta.unwrapped_idx])
+            tallied += 1
+            continue
+        if type(meta) is not SubclassCreationMeta:
+            raise AssertionError(f"expected SubclassCreationMeta, got {type(meta)}")
+        if meta.included_subclass_symints != included_subclass_symints:
+            raise AssertionError(
+                f"included_subclass_symints mismatch: {meta.included_subclass_symints} "
+                f"!= {included_subclass_symints}"
+            )
+        if make_subclass_override:
+            wrapped.append(make_subclass_override(meta, is_runtime, unwrapped_args))
+        else:
+            wrapped.append(meta.creation_fn(unwrapped_args, is_runtime=is_runtime))
+        tallied += meta.arg_count
+
+    if num_fw_outs_saved_for_bw is None:
+        if len(unwrapped_args) != tallied:
+            raise AssertionError(f"Expected {len(unwrapped_args)} == {tallied}")
+        return tuple(wrapped)
+    if len(unwrapped_args) != tallied + num_fw_outs_saved_for_bw:
+        raise AssertionError(
+            f"Expected the number actual unwrapped-subclass outputs {len(unwrapped_args)} "
+            f"to equal the number of args calculated from subclasses ({tallied}) plus the "
+            f"number of additional activations saved for the backward pass "
+            f"({num_fw_outs_saved_for_bw})"
+        )
+    return (*wrapped, *unwrapped_args[tallied:])

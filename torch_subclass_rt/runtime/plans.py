@@ -1,0 +1,140 @@
+"""Precomputed per-call plans for the run-time unwrap/wrap path.
+
+The compiled function's wrapper unwraps every subclass input and rebuilds
+every subclass output on *every call*. Walking ``SubclassCreationMeta`` for
+that re-derives the same facts each time (which attrs are nested subclasses,
+which size/stride entries are symbolic, where each inner value sits in the
+flat list). A plan computes them once per metadata object; the per-call loop
+then only indexes and calls ``__tensor_unflatten__``.
+
+Plans are built only for run-time metadata (after ``make_runtime_safe()``,
+which is the last mutation AOTAutograd makes to it) and are cached by the
+identity of the metadata object, held weakly so a freed compiled function
+frees its plans too. Attr names come from the metadata, i.e. from
+``__tensor_flatten__`` at compile time: Dynamo only reuses a compiled graph
+for inputs of the same subclass type and flatten context, and a subclass's
+inner attr names are a function of those.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, NamedTuple
+
+from ._torch_names import aot
+
+
+class UnwrapPlan(NamedTuple):
+    #: (attr, nested plan or None for a plain tensor / opaque slot)
+    attrs: tuple[tuple[str, "UnwrapPlan | None"], ...]
+    #: positions of symbolic entries in size() / stride(); empty when static
+    size_idx: tuple[int, ...]
+    stride_idx: tuple[int, ...]
+
+
+class WrapPlan(NamedTuple):
+    subclass_type: type
+    ctx: Any
+    #: (attr, flat index, nested plan or None)
+    attrs: tuple[tuple[str, int, "WrapPlan | None"], ...]
+    outer_size: Any
+    outer_stride: Any
+    #: flat indices of symbolic sizes / strides (empty when static)
+    size_args: tuple[int, ...]
+    stride_args: tuple[int, ...]
+
+
+_cache: dict[tuple[int, str], tuple[weakref.ref, Any]] = {}
+
+
+def _cached(meta: Any, kind: str, build: Any) -> Any:
+    key = (id(meta), kind)
+    hit = _cache.get(key)
+    if hit is not None and hit[0]() is meta:
+        return hit[1]
+    plan = build(meta)
+    _cache[key] = (weakref.ref(meta, lambda _r, key=key: _cache.pop(key, None)), plan)
+    return plan
+
+
+def _symbolic_positions(outer: Any) -> tuple[int, ...]:
+    # make_runtime_safe() turned every non-nested symint into None.
+    return tuple(i for i, s in enumerate(outer) if s is None)
+
+
+def _build_unwrap(meta: Any) -> UnwrapPlan:
+    SubclassCreationMeta = aot().SubclassCreationMeta
+    attrs = tuple(
+        (attr, _build_unwrap(m) if type(m) is SubclassCreationMeta else None)
+        for attr, m in meta.attrs.items()
+    )
+    return UnwrapPlan(
+        attrs, _symbolic_positions(meta.outer_size), _symbolic_positions(meta.outer_stride)
+    )
+
+
+def _build_wrap(meta: Any) -> WrapPlan:
+    SubclassCreationMeta = aot().SubclassCreationMeta
+    if meta.original_subclass_type is None:
+        raise AssertionError("original_subclass_type must not be None at runtime")
+    attrs = []
+    idx = meta.flat_tensor_start_idx
+    for attr, m in meta.attrs.items():
+        if type(m) is SubclassCreationMeta:
+            attrs.append((attr, idx, _build_wrap(m)))
+            idx += m.arg_count
+        else:  # plain tensor or opaque: one slot
+            attrs.append((attr, idx, None))
+            idx += 1
+    n_size = len(_symbolic_positions(meta.outer_size))
+    n_stride = len(_symbolic_positions(meta.outer_stride))
+    return WrapPlan(
+        meta.original_subclass_type,
+        meta.meta,
+        tuple(attrs),
+        meta.outer_size,
+        meta.outer_stride,
+        tuple(range(idx, idx + n_size)),
+        tuple(range(idx + n_size, idx + n_size + n_stride)),
+    )
+
+
+def unwrap_plan(meta: Any) -> UnwrapPlan:
+    return _cached(meta, "unwrap", _build_unwrap)
+
+
+def wrap_plan(meta: Any) -> WrapPlan:
+    return _cached(meta, "wrap", _build_wrap)
+
+
+def _fill(outer: Any, values: list[Any]) -> tuple[Any, ...]:
+    it = iter(values)
+    return tuple(next(it) if s is None else s for s in outer)
+
+
+def run_wrap(plan: WrapPlan, args: Any) -> Any:
+    inner = {
+        attr: (args[idx] if sub is None else run_wrap(sub, args))
+        for attr, idx, sub in plan.attrs
+    }
+    size, stride = plan.outer_size, plan.outer_stride
+    if plan.size_args:
+        size = _fill(size, [args[i] for i in plan.size_args])
+    if plan.stride_args:
+        stride = _fill(stride, [args[i] for i in plan.stride_args])
+    return plan.subclass_type.__tensor_unflatten__(inner, plan.ctx, size, stride)
+
+
+def run_unwrap(plan: UnwrapPlan, x: Any, out: list[Any], append_symints: bool) -> None:
+    for attr, sub in plan.attrs:
+        if sub is None:
+            out.append(getattr(x, attr))
+        else:
+            run_unwrap(sub, getattr(x, attr), out, append_symints)
+    if append_symints:
+        if plan.size_idx:
+            size = x.size()
+            out.extend(size[i] for i in plan.size_idx)
+        if plan.stride_idx:
+            stride = x.stride()
+            out.extend(stride[i] for i in plan.stride_idx)
