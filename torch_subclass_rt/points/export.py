@@ -36,7 +36,8 @@ _OPAQUE_ATTR = _OpaqueAttr()
 
 
 def _build_create_symbolic_context_for_tensor(original):
-    """Sentinel-then-strip around the 2.11 function.
+    """Wraps ``_export.non_strict_utils._create_symbolic_context_for_tensor``
+    (torch 2.11.0): sentinel-then-strip, no copy of its code.
 
     The function recurses through its module global, which is this wrapper
     once installed. So the recursive call for an opaque attr lands here and
