@@ -1,0 +1,215 @@
+"""Shared test machinery: the mode under test and graph-dump expectations.
+
+Mode under test (env var ``TSRT_MODE``):
+
+``native``
+    torch >= 2.12 as shipped; torch_subclass_rt.install() is never called.
+    The reference behaviour.
+``backport``
+    torch 2.11 with ``torch_subclass_rt.install()``.
+``forced``
+    torch 2.13 with ``torch_subclass_rt.install(force=True)``: our runtime
+    replaces the native one and must behave (and trace) identically.
+``patched``
+    torch 2.11 with the in-tree patch series (patches/v2.11.0) applied to its
+    sources (tools/verify_patches.py puts such a torch first on PYTHONPATH);
+    nothing is installed. Must trace the graphs the backport traces.
+
+Default: ``backport`` on torch 2.11, ``native`` on torch >= 2.12.
+
+Graph dumps (:func:`assertExpectedGraph`) live in
+``test/expected/<TestClass>.<test>.<name>.txt`` and are shared by every torch
+version and mode; ``test/expected/v<major>.<minor>/<same name>`` overrides the
+shared file for one torch release when its graphs legitimately differ. Native
+and forced runs of one torch read the very same files: forced mode is only
+correct if it traces the graphs native torch traces.
+
+``EXPECTTEST_ACCEPT=1`` records dumps instead of failing: a dump equal to the
+shared file passes untouched; a missing shared file is written; otherwise the
+per-version override of the running torch is (re)written. Comparisons are
+always exact.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import torch
+from torch._dynamo.testing import normalize_gm
+
+MODES = ("native", "backport", "forced", "patched")
+EXPECTED_DIR = Path(__file__).resolve().parent / "expected"
+
+
+def torch_major_minor() -> tuple[int, int]:
+    major, minor = str(torch.__version__).split("+", 1)[0].split(".")[:2]
+    return int(major), int(re.match(r"\d+", minor).group())
+
+
+def default_mode() -> str:
+    return "native" if torch_major_minor() >= (2, 12) else "backport"
+
+
+def current_mode() -> str:
+    mode = os.environ.get("TSRT_MODE", "").strip() or default_mode()
+    if mode not in MODES:
+        raise RuntimeError(f"TSRT_MODE={mode!r}: expected one of {', '.join(MODES)}")
+    return mode
+
+
+def setup_mode() -> str:
+    """Put torch into the mode under test; call at test-module import.
+
+    Idempotent (several test modules call it). Returns the mode.
+    """
+    mode = current_mode()
+    if mode == "native":
+        # Nothing to do, and nothing must have been patched: native means
+        # torch's own implementation end to end.
+        if torch_major_minor() < (2, 12):
+            raise RuntimeError(
+                f"TSRT_MODE=native needs torch >= 2.12 (native opaque attrs); "
+                f"this is torch {torch.__version__}"
+            )
+        import sys
+
+        tsrt = sys.modules.get("torch_subclass_rt")
+        if tsrt is not None:
+            st = tsrt.status()
+            assert st.mode == "off" and not st.points, (
+                f"native mode but torch_subclass_rt is installed: {st!r}"
+            )
+        return mode
+
+    if mode == "patched":
+        # The feature comes from torch's own (patched) sources: nothing may
+        # be installed. torch_subclass_rt is still importable for its
+        # OpaqueBase / register_opaque spelling, which patch nothing.
+        if torch_major_minor() != (2, 11):
+            raise RuntimeError(
+                f"TSRT_MODE=patched needs torch 2.11 with the patch series "
+                f"applied; this is torch {torch.__version__}"
+            )
+        import sys
+
+        tsrt = sys.modules.get("torch_subclass_rt")
+        if tsrt is not None:
+            st = tsrt.status()
+            assert st.mode == "off" and not st.points, (
+                f"patched mode but torch_subclass_rt is installed: {st!r}"
+            )
+        return mode
+
+    import torch_subclass_rt
+
+    st = torch_subclass_rt.install(force=(mode == "forced"))
+    assert st.mode == mode, f"TSRT_MODE={mode} but install() gave {st!r}"
+    assert torch_subclass_rt.status().mode == mode
+    return mode
+
+
+def restore_mode() -> None:
+    """Undo whatever a test did to the install state (test_install.py)."""
+    import torch_subclass_rt
+
+    mode = current_mode()
+    if mode in ("native", "patched"):
+        torch_subclass_rt.uninstall()
+    else:
+        st = torch_subclass_rt.status()
+        if st.mode != mode:
+            torch_subclass_rt.uninstall()
+        setup_mode()
+
+
+# --------------------------------------------------------------------------
+# graph dumps
+
+
+_opaque_name_fixes: dict[str, str] = {}
+
+
+def register_type_name_normalization(cls: type) -> None:
+    """Graphs name opaque types and subclasses after their defining module
+    (``test_opaque_subclass_attrs_Counter``), which depends on how the test
+    module was imported; dumps use the bare class name instead."""
+    from torch._library.opaque_object import get_opaque_type_name
+    from torch.fx.graph import _illegal_char_regex
+
+    names = {f"{cls.__module__}.{cls.__qualname__}"}
+    from torch._library.opaque_object import is_opaque_type
+
+    if is_opaque_type(cls):
+        names.add(get_opaque_type_name(cls))
+    for full in names:
+        _opaque_name_fixes[_illegal_char_regex.sub("_", full)] = cls.__name__
+        _opaque_name_fixes[full] = cls.__name__
+
+
+def graph_text(gm: torch.fx.GraphModule) -> str:
+    text = normalize_gm(gm.print_readable(print_output=False))
+    # longest first so a name that prefixes another is not half-replaced
+    for long, short in sorted(_opaque_name_fixes.items(), key=lambda kv: -len(kv[0])):
+        text = text.replace(long, short)
+    # compiled autograd prefixes inlined AOT backward nodes with the process-
+    # wide AOT graph id ("aot10_mul_1"), which depends on what ran before
+    text = re.sub(r"\baot\d+_", "aotN_", text)
+    return text.rstrip("\n") + "\n"
+
+
+def _accepting() -> bool:
+    return os.environ.get("EXPECTTEST_ACCEPT", "").lower() in ("1", "true", "yes", "on")
+
+
+def expected_paths(test, name: str) -> tuple[Path, Path]:
+    fname = f"{type(test).__name__}.{test._testMethodName}.{name}.txt"
+    major, minor = torch_major_minor()
+    return EXPECTED_DIR / fname, EXPECTED_DIR / f"v{major}.{minor}" / fname
+
+
+def assertExpectedGraph(test, text, name: str) -> None:
+    """Compare a graph dump (str or GraphModule) with its expected file."""
+    if isinstance(text, torch.fx.GraphModule):
+        text = graph_text(text)
+    text = text.rstrip("\n") + "\n"
+    shared, override = expected_paths(test, name)
+
+    if _accepting():
+        if shared.exists() and shared.read_text() == text:
+            return
+        target = override if shared.exists() else shared
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not (target.exists() and target.read_text() == text):
+            target.write_text(text)
+        return
+
+    path = override if override.exists() else shared
+    if not path.exists():
+        test.fail(
+            f"no expected graph {shared.relative_to(EXPECTED_DIR.parent)} "
+            f"(record it with EXPECTTEST_ACCEPT=1); got:\n{text}"
+        )
+    test.assertMultiLineEqual(
+        text,
+        path.read_text(),
+        f"graph {name!r} differs from {path.relative_to(EXPECTED_DIR.parent)} "
+        "(EXPECTTEST_ACCEPT=1 records a per-version override)",
+    )
+
+
+def assertExpectedGraphs(test, recorder, prefix: str = "") -> None:
+    """Dump every graph an (Aot)EagerAndRecordGraphs recorder holds:
+    ``dynamo.<i>``, ``aot_fw.<i>``, ``aot_bw.<i>``."""
+    groups = [("dynamo", getattr(recorder, "graphs", []))]
+    groups.append(("aot_fw", getattr(recorder, "fw_graphs", [])))
+    groups.append(("aot_bw", getattr(recorder, "bw_graphs", [])))
+    groups.append(("inductor", getattr(recorder, "inductor_graphs", [])))
+    counts = "".join(f"{kind}: {len(graphs)}\n" for kind, graphs in groups)
+    # the number of graphs is part of the expectation: a missing backward
+    # graph must fail as loudly as a different one
+    assertExpectedGraph(test, counts, f"{prefix}counts")
+    for kind, graphs in groups:
+        for i, gm in enumerate(graphs):
+            assertExpectedGraph(test, gm, f"{prefix}{kind}.{i}")

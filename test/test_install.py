@@ -1,0 +1,412 @@
+"""install() / uninstall() / status() / installed() and the patch registry's
+transaction: idempotence, exact restoration, the version gate, rollback."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+import unittest
+from unittest import mock
+
+import harness
+
+MODE = harness.setup_mode()
+
+import torch  # noqa: E402
+
+import torch_subclass_rt as tsrt  # noqa: E402
+from torch_subclass_rt import _torch_compat  # noqa: E402
+from torch_subclass_rt.patching import registry  # noqa: E402
+from torch_subclass_rt.patching.registry import PatchError, PatchPoint  # noqa: E402
+from torch_subclass_rt.points import all_points  # noqa: E402
+
+VERSION = _torch_compat.torch_version()
+_MISSING = object()
+
+
+def _patch_mode() -> str | None:
+    """The mode in which install() patches this torch, if any."""
+    if VERSION in _torch_compat.BACKPORT_VERSIONS:
+        return "backport"
+    if VERSION in _torch_compat.FORCED_VERSIONS:
+        return "forced"
+    return None
+
+
+PATCH_MODE = _patch_mode()
+needs_patching_torch = unittest.skipIf(
+    PATCH_MODE is None,
+    f"torch {VERSION} has no patch points (neither backport nor forced)",
+)
+
+
+def _install_patching() -> tsrt.Status:
+    return tsrt.install(force=(PATCH_MODE == "forced"))
+
+
+def _slots_of(points) -> dict[tuple[object, str], object]:
+    """(owner, attr) -> object now stored there, for every place the points
+    write: the target itself and each module in its ``rebinds``."""
+    snap: dict[tuple[object, str], object] = {}
+    for point in points:
+        try:
+            owner, attr, _ = registry._resolve(point)
+        except PatchError:
+            continue  # a point for another torch release
+        snap[(owner, attr)] = owner.__dict__.get(attr, _MISSING)
+        for mod_name in point.rebinds:
+            try:
+                mod = importlib.import_module(mod_name)
+            except ImportError:
+                continue  # a point for another torch release
+            snap[(mod, attr)] = mod.__dict__.get(attr, _MISSING)
+    return snap
+
+
+def _describe(key) -> str:
+    owner, attr = key
+    return f"{getattr(owner, '__name__', owner)}.{attr}"
+
+
+class InstallTestCase(unittest.TestCase):
+    def setUp(self):
+        # every test starts uninstalled and leaves the mode under test behind
+        self.addCleanup(harness.restore_mode)
+        tsrt.uninstall()
+
+    def assertSlotsHold(self, snapshot, msg=""):
+        now = {key: key[0].__dict__.get(key[1], _MISSING) for key in snapshot}
+        changed = [_describe(k) for k in snapshot if now[k] is not snapshot[k]]
+        self.assertEqual(changed, [], f"not the very same objects: {msg}")
+
+
+class TestInstall(InstallTestCase):
+    @needs_patching_torch
+    def test_install_twice_same_status(self):
+        st1 = _install_patching()
+        replacements = {
+            (s.owner, s.attr): s.current() for a in tsrt._journal.applied for s in a.slots
+        }
+        st2 = _install_patching()
+        self.assertEqual(st1, st2)
+        self.assertEqual(st1.mode, PATCH_MODE)
+        self.assertTrue(st1.points)
+        # idempotent: the second install did not re-patch
+        for (owner, attr), obj in replacements.items():
+            self.assertIs(owner.__dict__.get(attr, _MISSING), obj, attr)
+
+    @needs_patching_torch
+    def test_uninstall_restores_every_slot_identically(self):
+        points = registry.select(all_points(), VERSION, PATCH_MODE)
+        self.assertTrue(points)
+        before = _slots_of(points)
+
+        st = _install_patching()
+        self.assertEqual(st.points, tuple(p.name for p in points))
+        journaled = {(s.owner, s.attr) for a in tsrt._journal.applied for s in a.slots}
+        # every journaled slot was snapshotted, and every planned slot journaled
+        self.assertEqual(
+            sorted(map(_describe, journaled)), sorted(map(_describe, before))
+        )
+        for key in before:
+            self.assertIsNot(
+                key[0].__dict__.get(key[1], _MISSING), before[key], _describe(key)
+            )
+        for point in points:
+            attr = point.attr_path[-1]
+            for mod_name in point.rebinds:
+                mod = sys.modules[mod_name]
+                self.assertIn((mod, attr), journaled, f"{point.name}: {mod_name}")
+
+        st = tsrt.uninstall()
+        self.assertEqual(st.mode, "off")
+        self.assertEqual(st.points, ())
+        self.assertSlotsHold(before, "after uninstall")
+
+        # uninstall again: a no-op
+        self.assertEqual(tsrt.uninstall(), st)
+        self.assertSlotsHold(before, "after a second uninstall")
+
+    @needs_patching_torch
+    def test_install_uninstall_cycles(self):
+        points = registry.select(all_points(), VERSION, PATCH_MODE)
+        before = _slots_of(points)
+        for _ in range(3):
+            _install_patching()
+            tsrt.uninstall()
+        self.assertSlotsHold(before, "after three install/uninstall cycles")
+
+    @unittest.skipIf(
+        not _torch_compat.has_native_support(VERSION),
+        f"torch {VERSION} has no native support; install() always patches",
+    )
+    def test_install_without_force_on_native_torch_patches_nothing(self):
+        before = _slots_of(all_points())
+        st = tsrt.install()
+        self.assertEqual(st.mode, "native")
+        self.assertEqual(st.points, ())
+        self.assertTrue(st.active)
+        self.assertSlotsHold(before, "native install")
+
+    @unittest.skipIf(
+        VERSION not in _torch_compat.BACKPORT_VERSIONS,
+        f"backport-only: torch {VERSION} is not a backport release",
+    )
+    def test_backport_applies_backport_points(self):
+        st = tsrt.install()
+        self.assertEqual(st.mode, "backport")
+        expected = [p.name for p in registry.select(all_points(), VERSION, "backport")]
+        self.assertEqual(list(st.points), expected)
+
+    @unittest.skipIf(
+        VERSION not in _torch_compat.FORCED_VERSIONS,
+        f"forced mode exists on torch {', '.join(_torch_compat.FORCED_VERSIONS)} only",
+    )
+    def test_forced_then_plain_install_keeps_forced(self):
+        st = tsrt.install(force=True)
+        self.assertEqual(st.mode, "forced")
+        self.assertEqual(tsrt.install(), st)
+
+
+class TestVersionGate(InstallTestCase):
+    def _assert_refused(self, version, force, supported):
+        before_status = tsrt.status()
+        before = _slots_of(all_points())
+        with mock.patch.object(torch, "__version__", version):
+            with self.assertRaises(tsrt.UnsupportedTorchVersion) as ctx:
+                tsrt.install(force=force)
+        msg = str(ctx.exception)
+        self.assertIn(version.split("+")[0], msg)
+        for v in supported:
+            self.assertIn(v, msg)
+        self.assertEqual(tsrt.status(), before_status)
+        self.assertSlotsHold(before, f"refused install on {version}")
+
+    def test_refuses_torch_2_10(self):
+        self._assert_refused("2.10.0", False, _torch_compat.BACKPORT_VERSIONS)
+        self._assert_refused("2.10.0+cu128", True, _torch_compat.BACKPORT_VERSIONS)
+
+    def test_refuses_force_on_unverified_native_torch(self):
+        self._assert_refused("2.99.0", True, _torch_compat.FORCED_VERSIONS)
+
+    @needs_patching_torch
+    def test_refusal_leaves_an_installed_torch_installed(self):
+        st = _install_patching()
+        journal = tsrt._journal
+        self._assert_refused("2.10.0", False, _torch_compat.BACKPORT_VERSIONS)
+        self.assertEqual(tsrt.status(), st)
+        self.assertIs(tsrt._journal, journal)
+
+    def test_unsupported_torch_version_is_runtime_error(self):
+        self.assertTrue(issubclass(tsrt.UnsupportedTorchVersion, RuntimeError))
+
+
+class TestStatus(InstallTestCase):
+    def test_repr_off(self):
+        st = tsrt.status()
+        self.assertEqual(st.mode, "off")
+        self.assertFalse(st.active)
+        self.assertEqual(
+            repr(st), f"Status(torch={VERSION}, mode='off', 0 patch point(s))"
+        )
+
+    @needs_patching_torch
+    def test_repr_installed(self):
+        st = _install_patching()
+        text = repr(st)
+        self.assertTrue(
+            text.startswith(
+                f"Status(torch={VERSION}, mode={PATCH_MODE!r}, "
+                f"{len(st.points)} patch point(s): "
+            ),
+            text,
+        )
+        self.assertTrue(text.endswith(")"), text)
+        for name in st.points:
+            self.assertIn(name, text)
+        self.assertNotIn("\n", text)
+        self.assertTrue(st.active)
+
+    def test_status_is_frozen(self):
+        st = tsrt.status()
+        with self.assertRaises(Exception):
+            st.mode = "native"  # type: ignore[misc]
+
+
+class TestInstalledContextManager(InstallTestCase):
+    @needs_patching_torch
+    def test_installed_from_off_restores_off(self):
+        points = registry.select(all_points(), VERSION, PATCH_MODE)
+        before = _slots_of(points)
+        with tsrt.installed(force=(PATCH_MODE == "forced")) as st:
+            self.assertEqual(st.mode, PATCH_MODE)
+            self.assertEqual(tsrt.status(), st)
+        self.assertEqual(tsrt.status().mode, "off")
+        self.assertSlotsHold(before, "after installed()")
+
+    @needs_patching_torch
+    def test_installed_restores_on_error(self):
+        points = registry.select(all_points(), VERSION, PATCH_MODE)
+        before = _slots_of(points)
+        with self.assertRaises(KeyError):
+            with tsrt.installed(force=(PATCH_MODE == "forced")):
+                raise KeyError("boom")
+        self.assertEqual(tsrt.status().mode, "off")
+        self.assertSlotsHold(before, "after installed() raised")
+
+    @needs_patching_torch
+    def test_installed_inside_install_keeps_it(self):
+        st = _install_patching()
+        with tsrt.installed(force=(PATCH_MODE == "forced")) as inner:
+            self.assertEqual(inner, st)
+        self.assertEqual(tsrt.status(), st)
+
+
+# --------------------------------------------------------------------------
+# the registry's transaction, on harmless targets of this module
+
+
+def _harmless_fn():
+    return "original fn"
+
+
+class _Harmless:
+    def method(self):
+        return "original method"
+
+    @staticmethod
+    def static():
+        return "original static"
+
+
+class _LockedMeta(type):
+    def __setattr__(cls, name, value):
+        if name == "locked":
+            raise AttributeError("locked is read-only")
+        super().__setattr__(name, value)
+
+
+class _Locked(metaclass=_LockedMeta):
+    def locked(self):
+        return "original locked"
+
+
+_V = frozenset({VERSION})
+_M = frozenset({"forced"})
+
+
+def _point(name, target, build, **kw):
+    return PatchPoint(name, target, build, _V, _M, reason="test", **kw)
+
+
+class TestRegistryTransaction(unittest.TestCase):
+    def setUp(self):
+        self.mod = __name__
+        # a module that did `from <this module> import _harmless_fn`
+        self.importer = types.ModuleType("_tsrt_test_importer")
+        self.importer._harmless_fn = _harmless_fn
+        sys.modules[self.importer.__name__] = self.importer
+        self.addCleanup(sys.modules.pop, self.importer.__name__, None)
+        self.originals = {
+            "fn": sys.modules[self.mod].__dict__["_harmless_fn"],
+            "method": _Harmless.__dict__["method"],
+            "static": _Harmless.__dict__["static"],
+            "locked": _Locked.__dict__["locked"],
+        }
+
+    def assertUntouched(self):
+        self.assertIs(sys.modules[self.mod].__dict__["_harmless_fn"], self.originals["fn"])
+        self.assertIs(self.importer.__dict__["_harmless_fn"], self.originals["fn"])
+        self.assertIs(_Harmless.__dict__["method"], self.originals["method"])
+        self.assertIs(_Harmless.__dict__["static"], self.originals["static"])
+        self.assertIs(_Locked.__dict__["locked"], self.originals["locked"])
+        self.assertNotIn("added", _Harmless.__dict__)
+
+    def good_points(self):
+        return [
+            _point(
+                "t.fn",
+                f"{self.mod}:_harmless_fn",
+                lambda orig: lambda: "patched " + orig(),
+                rebinds=(self.importer.__name__,),
+            ),
+            _point(
+                "t.method",
+                f"{self.mod}:_Harmless.method",
+                lambda orig: lambda self: "patched " + orig(self),
+            ),
+            _point(
+                "t.static",
+                f"{self.mod}:_Harmless.static",
+                lambda orig: staticmethod(lambda: "patched " + orig.__func__()),
+            ),
+            _point(
+                "t.added",
+                f"{self.mod}:_Harmless.added",
+                lambda orig: (lambda self: "added"),
+                new_attribute=True,
+            ),
+        ]
+
+    def test_apply_and_revert_round_trip(self):
+        journal = registry.apply(self.good_points())
+        try:
+            self.assertEqual(_harmless_fn(), "patched original fn")
+            self.assertEqual(self.importer._harmless_fn(), "patched original fn")
+            self.assertEqual(_Harmless().method(), "patched original method")
+            self.assertEqual(_Harmless.static(), "patched original static")
+            self.assertEqual(_Harmless().added(), "added")
+            self.assertEqual(journal.names(), ["t.fn", "t.method", "t.static", "t.added"])
+        finally:
+            self.assertEqual(journal.revert(), [])
+        self.assertUntouched()
+
+    def test_failing_build_touches_nothing(self):
+        def bad_build(orig):
+            raise ValueError("cannot build")
+
+        bad = _point("t.bad", f"{self.mod}:_Harmless.method", bad_build)
+        good = self.good_points()[0]
+        with self.assertRaisesRegex(PatchError, "t.bad.*cannot build"):
+            registry.apply([good, bad])
+        self.assertUntouched()
+
+    def test_failing_set_rolls_back_the_good_points(self):
+        bad = _point("t.locked", f"{self.mod}:_Locked.locked", lambda orig: lambda self: 1)
+        with self.assertRaises(AttributeError):
+            registry.apply(self.good_points() + [bad])
+        self.assertUntouched()
+
+    def test_failing_self_check_rolls_back(self):
+        def self_check():
+            # the points really were applied when the check ran
+            self.assertEqual(_harmless_fn(), "patched original fn")
+            raise PatchError("self-check failed")
+
+        with self.assertRaisesRegex(PatchError, "self-check failed"):
+            registry.apply(self.good_points(), self_check=self_check)
+        self.assertUntouched()
+
+    def test_missing_target_refused(self):
+        missing = _point("t.missing", f"{self.mod}:_Harmless.nope", lambda o: o)
+        with self.assertRaisesRegex(PatchError, "does not exist"):
+            registry.apply(self.good_points()[:1] + [missing])
+        self.assertUntouched()
+
+    def test_stale_rebind_list_refused(self):
+        self.importer._harmless_fn = lambda: "someone else's"
+        with self.assertRaisesRegex(PatchError, "rebind"):
+            registry.apply(self.good_points()[:1])
+        self.importer._harmless_fn = self.originals["fn"]
+        self.assertUntouched()
+
+    def test_same_target_twice_refused(self):
+        p = self.good_points()[1]
+        with self.assertRaisesRegex(PatchError, "patched twice"):
+            registry.apply([p, p])
+        self.assertUntouched()
+
+
+if __name__ == "__main__":
+    unittest.main()
