@@ -175,6 +175,11 @@ def assertExpectedGraph(test, text, name: str) -> None:
         text = graph_text(text)
     text = text.rstrip("\n") + "\n"
     shared, override = expected_paths(test, name)
+    dump_dir = os.environ.get("TSRT_DUMP_DIR")
+    if dump_dir:
+        # every dump as produced, for cross-mode diffs (noxfile, verify_patches)
+        Path(dump_dir).mkdir(parents=True, exist_ok=True)
+        (Path(dump_dir) / shared.name).write_text(text)
 
     if _accepting():
         if shared.exists() and shared.read_text() == text:

@@ -1,8 +1,8 @@
 """Checks called from the edited torch sources in ``points/dynamo.py`` and
 ``points/guards.py`` (torch 2.11 has no ``OpaqueBase`` match arms there).
 
-Kept free of module-level torch imports beyond ``torch`` itself so the
-edited functions can import it cheaply on every call.
+Imports nothing heavy at module level, so the edited functions can import
+it cheaply on every call.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from .._torch_compat import is_opaque_object, is_reference_opaque_type, unwrap_fake_opaque
+from ..runtime import errors
 
 
 def is_opaque_attr(inner: Any) -> bool:
@@ -32,10 +33,18 @@ def check_flatten_attr(subclass: Any, attr: str, inner: Any) -> None:
     """
     if isinstance(inner, torch.Tensor):
         return
-    if is_opaque_object(inner) and is_reference_opaque_type(type(unwrap_fake_opaque(inner))):
-        return
-    raise RuntimeError(
-        f"{type(inner).__name__!r} found in tensor attrs of "
-        f"{type(subclass).__name__}.__tensor_flatten__() (attr {attr!r}). "
-        "Only tensors and reference-type opaques are allowed in tensor attrs."
-    )
+    check_tensor_or_opaque(subclass, attr, inner)
+    real_type = type(unwrap_fake_opaque(inner))
+    if not is_reference_opaque_type(real_type):
+        raise errors.value_opaque_in_tensor_attrs(real_type, subclass)
+
+
+def check_tensor_or_opaque(subclass: Any, attr: str, inner: Any) -> None:
+    """A flatten attr that is neither a tensor nor a registered opaque.
+
+    torch 2.12 fails here with a bare ``AssertionError: expected Tensor or
+    OpaqueBase``; we raise the runtime's ``TypeError`` that names the
+    subclass, the attr and how to register the type.
+    """
+    if not is_tensor_or_opaque(inner):
+        raise errors.unregistered_object_in_tensor_attrs(subclass, attr, inner)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._torch_compat import is_opaque_object, unwrap_fake_opaque
+from ..runtime import errors
 
 #: instance attribute on a MetaTensorDesc (private: not a dataclass field)
 _SLOT = "_tsrt_opaque_attrs"
@@ -29,9 +30,9 @@ def describe_flatten_attrs(
     """(tensor attr -> MetaTensorDesc, opaque attr -> real opaque object).
 
     Mirrors torch 2.12's ``describe_tensor``: tensors are described
-    recursively, reference opaques are kept as the real object (a
-    FakeScriptObject is unwrapped, so re-fakeifying a fake subclass keeps the
-    identity of the object), anything else is an error.
+    recursively, opaques are kept as the real object (a FakeScriptObject is
+    unwrapped, so re-fakeifying a fake subclass keeps the identity of the
+    object), anything else is the runtime's TypeError naming the attr.
     """
     import torch
 
@@ -44,10 +45,7 @@ def describe_flatten_attrs(
         elif is_opaque_object(inner):
             opaques[attr] = unwrap_fake_opaque(inner)
         else:
-            raise AssertionError(
-                f"{type(t).__name__}.__tensor_flatten__() attr {attr!r}: "
-                f"expected Tensor or OpaqueBase, got {type(inner)}"
-            )
+            raise errors.unregistered_object_in_tensor_attrs(t, attr, inner)
     return attrs, opaques
 
 

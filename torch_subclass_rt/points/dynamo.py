@@ -3,7 +3,8 @@
 torch 2.11's Dynamo assumes every ``__tensor_flatten__`` attr is a tensor
 when it picks dynamic dims for an input (``_automatic_dynamic``), marks dims
 dynamic (``mark_dynamic``), reads an attr off an intermediate subclass
-(``y.mesh``) and returns a graph output. Reference opaques are already
+(``y.mesh``), wraps an op output that is a FakeScriptObject and returns a
+graph output. Reference opaques are already
 lifted to graph inputs on 2.11 (``wrap_tensor`` builds every attr), so only
 these tensor-only assumptions need porting from torch 2.12 (PR 176457).
 Each point is a small source edit of the 2.11 function, except the
@@ -28,7 +29,9 @@ _BUILDER = "torch._dynamo.variables.builder"
 
 def _build_automatic_dynamic(original):
     # 2.12 creates inner symbolic contexts for tensor attrs only; opaque attrs
-    # have none (meta_tensor and produce_guards_verbose skip them too).
+    # have none (meta_tensor and produce_guards_verbose skip them too). This
+    # is the first place Dynamo looks at the attrs, so an attr that is neither
+    # a tensor nor an opaque is reported here, naming the subclass and attr.
     return edited_function(
         original,
         [
@@ -38,10 +41,14 @@ def _build_automatic_dynamic(original):
                     inner_tensor = getattr(e, attr)
                 """,
                 f"""
-                from {_HELPERS} import is_opaque_attr as _tsrt_is_opaque_attr
+                from {_HELPERS} import (
+                    check_tensor_or_opaque as _tsrt_check_tensor_or_opaque,
+                    is_opaque_attr as _tsrt_is_opaque_attr,
+                )
 
                 for attr in attrs:
                     inner_tensor = getattr(e, attr)
+                    _tsrt_check_tensor_or_opaque(e, attr, inner_tensor)
                     if _tsrt_is_opaque_attr(inner_tensor):
                         continue
                 """,
@@ -103,6 +110,30 @@ def _build_dynamic_getattr(original):
                         raise AssertionError(
                             f"Expected Tensor or OpaqueBase, got {{type(example_value)}}"
                         )
+                """,
+            ),
+        ],
+    )
+
+
+def _build_handle_traced_output(original):
+    # An op whose output is already a FakeScriptObject (e.g. getitem on the
+    # flatten ctx/attrs of a fake subclass, as compiled autograd's backward
+    # prologue does): 2.11 has no branch for it and graph-breaks with
+    # "torch.* op returned non-Tensor". 2.12 wraps the proxy as is.
+    return edited_function(
+        original,
+        [
+            Edit(
+                """
+                elif is_opaque_type(type(example_value)):
+                """,
+                """
+                elif isinstance(
+                    example_value, torch._library.fake_class_registry.FakeScriptObject
+                ):
+                    return TorchScriptObjectVariable.create(proxy, example_value)
+                elif is_opaque_type(type(example_value)):
                 """,
             ),
         ],
@@ -186,6 +217,13 @@ POINTS = [
         target="torch._dynamo.variables.tensor:TensorVariable.dynamic_getattr",
         build=_build_dynamic_getattr,
         reason="reading an opaque attr off an intermediate subclass (y.mesh)",
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="dynamo.handle_traced_output",
+        target=f"{_BUILDER}:handle_traced_output",
+        build=_build_handle_traced_output,
+        reason="an op returning a FakeScriptObject graph-broke ('torch.* op returned non-Tensor')",
         **ONLY_BACKPORT,
     ),
     PatchPoint(

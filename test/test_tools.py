@@ -1,0 +1,324 @@
+"""Tests of the patch-series tools in tools/ (make_checkout, apply_patches,
+verify_patches, upstream).
+
+Most tests use a small fake torch tree and a fake series (fast, any torch).
+Tests that need the real series need torch 2.11.0's sources and are skipped
+with a reason elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tools import _common, apply_patches, make_checkout  # noqa: E402
+
+TORCH_VERSION = _common.normalize_version(torch.__version__)
+SERIES_VERSION = "2.11.0"
+REAL_SERIES = REPO / "patches" / f"v{SERIES_VERSION}"
+needs_series_torch = unittest.skipUnless(
+    TORCH_VERSION == SERIES_VERSION,
+    f"needs the torch {SERIES_VERSION} sources the series is written against "
+    f"(this is torch {TORCH_VERSION})",
+)
+
+
+def run_tool(name: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "tools" / name), *args],
+        capture_output=True, text=True, env=env, cwd=REPO,
+    )
+
+
+def git(repo: Path, *args: str) -> str:
+    return _common.git(repo, *args).stdout.strip()
+
+
+def tree_state(repo: Path) -> tuple[str, str, str]:
+    """HEAD, porcelain status (incl. untracked) and branch list: 'unchanged' means equal."""
+    return (
+        git(repo, "rev-parse", "HEAD"),
+        git(repo, "status", "--porcelain", "--untracked-files=all"),
+        git(repo, "branch", "--list"),
+    )
+
+
+def make_fake_torch(root: Path, version: str = "9.9.0") -> Path:
+    t = root / "torch"
+    (t / "sub").mkdir(parents=True)
+    (t / "lib").mkdir()
+    (t / "__pycache__").mkdir()
+    (t / "__init__.py").write_text("from .sub.mod import f\n")
+    (t / "version.py").write_text(f"__version__ = '{version}+cpu'\ngit_version = 'abc'\n")
+    (t / "sub" / "__init__.py").write_text("")
+    (t / "sub" / "mod.py").write_text("def f(x):\n    return x + 1\n\n\ndef g(x):\n    return x * 2\n")
+    (t / "sub" / "mod.pyi").write_text("def f(x: int) -> int: ...\n")
+    (t / "lib" / "libtorch_fake.so").write_bytes(b"\x7fELF binary")
+    (t / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"pyc")
+    return t
+
+
+class ToolTestCase(unittest.TestCase):
+    def setUp(self) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="tsrt-test-tools-"))
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    def fake_checkout(self, version: str = "9.9.0") -> Path:
+        root = make_fake_torch(self.tmp / f"wheel-{version}", version)
+        out = self.tmp / f"ck-{version}"
+        make_checkout.make_checkout(root, out)
+        return out
+
+    def fake_series(self, checkout: Path) -> Path:
+        """A two-patch series for the fake checkout, made with git format-patch."""
+        work = self.tmp / "series-work"
+        subprocess.run(["git", "clone", "-q", str(checkout), str(work)], check=True)
+        mod = work / "torch" / "sub" / "mod.py"
+        mod.write_text(mod.read_text().replace("x + 1", "x + 2"))
+        _common.git(work, "commit", "-qam", "[sub] f adds two\n\nWhy.\n\nTest Plan: none\n", deterministic=True)
+        (work / "test").mkdir()
+        (work / "test" / "test_f.py").write_text("print('ok')\n")
+        _common.git(work, "add", "test")
+        _common.git(work, "commit", "-qm", "[test] add test_f\n", deterministic=True)
+        out = self.tmp / "patches"
+        _common.git(work, "format-patch", "-q", "--zero-commit", "-o", str(out), "v9.9.0..HEAD")
+        return out
+
+
+class TestMakeCheckout(ToolTestCase):
+    def test_fake_tree_layout_version_tag(self) -> None:
+        ck = self.fake_checkout()
+        self.assertEqual((ck / "version.txt").read_text(), "9.9.0\n")
+        files = set(git(ck, "ls-files").splitlines())
+        self.assertEqual(files, {
+            "version.txt", "torch/__init__.py", "torch/version.py",
+            "torch/sub/__init__.py", "torch/sub/mod.py", "torch/sub/mod.pyi",
+        })  # no binaries, no bytecode
+        self.assertEqual(git(ck, "rev-parse", "v9.9.0"), git(ck, "rev-parse", "HEAD"))
+        self.assertEqual(_common.detect_version(ck), "9.9.0")
+
+    def test_base_commit_is_reproducible(self) -> None:
+        root = make_fake_torch(self.tmp / "w")
+        a, b = self.tmp / "a", self.tmp / "b"
+        _, base_a = make_checkout.make_checkout(root, a)
+        _, base_b = make_checkout.make_checkout(root, b)
+        self.assertEqual(base_a, base_b)
+
+    def test_cli_refuses_non_empty_out(self) -> None:
+        root = make_fake_torch(self.tmp / "w")
+        out = self.tmp / "out"
+        out.mkdir()
+        (out / "x").write_text("")
+        proc = run_tool("make_checkout.py", "--torch-root", str(root), "--out", str(out))
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("not empty", proc.stderr)
+
+    @needs_series_torch
+    def test_installed_torch(self) -> None:
+        out = self.tmp / "real"
+        proc = run_tool("make_checkout.py", "--out", str(out))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual((out / "version.txt").read_text(), f"{SERIES_VERSION}\n")
+        self.assertTrue((out / "torch" / "_functorch" / "_aot_autograd" / "schemas.py").is_file())
+        self.assertEqual(git(out, "ls-files", "*.so"), "")
+        git(out, "rev-parse", f"v{SERIES_VERSION}")
+
+
+class TestApplyPatches(ToolTestCase):
+    def test_apply_fake_series(self) -> None:
+        ck = self.fake_checkout()
+        patches = self.fake_series(ck)
+        proc = run_tool("apply_patches.py", str(ck), "--patches-dir", str(patches))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(git(ck, "log", "--format=%s", "v9.9.0..HEAD").splitlines(),
+                         ["[test] add test_f", "[sub] f adds two"])
+
+    def test_check_is_a_dry_run(self) -> None:
+        ck = self.fake_checkout()
+        patches = self.fake_series(ck)
+        before = tree_state(ck)
+        proc = run_tool("apply_patches.py", str(ck), "--check", "--patches-dir", str(patches))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("would apply 2 patches", proc.stdout)
+        self.assertEqual(tree_state(ck), before)
+        self.assertEqual(len(git(ck, "worktree", "list").splitlines()), 1)
+
+    def test_conflict_leaves_checkout_unchanged(self) -> None:
+        ck = self.fake_checkout()
+        patches = self.fake_series(ck)
+        mod = ck / "torch" / "sub" / "mod.py"
+        mod.write_text(mod.read_text().replace("x + 1", "x - 1"))
+        git(ck, "commit", "-qam", "local change")
+        before = tree_state(ck)
+        for extra in ([], ["--check"]):
+            proc = run_tool("apply_patches.py", str(ck), "--patches-dir", str(patches), *extra)
+            self.assertNotEqual(proc.returncode, 0)
+            self.assertIn("0001-sub-f-adds-two.patch", proc.stderr)
+            self.assertIn("torch/sub/mod.py", proc.stderr)
+            self.assertEqual(tree_state(ck), before)
+            self.assertFalse((Path(git(ck, "rev-parse", "--absolute-git-dir")) / "rebase-apply").exists())
+
+    def test_conflict_in_a_later_patch_rolls_back_earlier_ones(self) -> None:
+        ck = self.fake_checkout()
+        patches = self.fake_series(ck)
+        (ck / "test").mkdir()
+        (ck / "test" / "test_f.py").write_text("print('mine')\n")
+        git(ck, "add", "test")
+        git(ck, "commit", "-qm", "local test")
+        before = tree_state(ck)
+        proc = run_tool("apply_patches.py", str(ck), "--patches-dir", str(patches))
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("0002-test-add-test_f.patch", proc.stderr)
+        self.assertIn("test/test_f.py", proc.stderr)
+        self.assertEqual(tree_state(ck), before)
+
+    def test_dirty_tree_is_refused(self) -> None:
+        ck = self.fake_checkout()
+        patches = self.fake_series(ck)
+        mod = ck / "torch" / "sub" / "mod.py"
+        mod.write_text(mod.read_text() + "# local edit\n")
+        before = tree_state(ck)
+        proc = run_tool("apply_patches.py", str(ck), "--patches-dir", str(patches))
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("uncommitted changes", proc.stderr)
+        self.assertEqual(tree_state(ck), before)
+        self.assertTrue(mod.read_text().endswith("# local edit\n"))
+
+    def test_wrong_base(self) -> None:
+        ck = self.fake_checkout("9.8.0")
+        proc = run_tool("apply_patches.py", str(ck))
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("no patch series for torch 9.8.0", proc.stderr)
+
+    def test_missing_tag(self) -> None:
+        ck = self.fake_checkout()
+        patches = self.fake_series(ck)
+        git(ck, "tag", "-d", "v9.9.0")
+        proc = run_tool("apply_patches.py", str(ck), "--patches-dir", str(patches))
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("no tag v9.9.0", proc.stderr)
+
+    @needs_series_torch
+    def test_real_series_check(self) -> None:
+        ck = self.tmp / "real"
+        make_checkout.make_checkout(make_checkout.default_torch_root(), ck)
+        before = tree_state(ck)
+        proc = run_tool("apply_patches.py", str(ck), "--check")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(len(re.findall(r"^  \d{4}-", proc.stdout, re.M)), len(list(REAL_SERIES.glob("*.patch"))))
+        self.assertEqual(tree_state(ck), before)
+
+
+def drop_hunk(patch: Path, needle: str) -> None:
+    """Remove the one hunk of ``patch`` whose text contains ``needle``."""
+    lines = patch.read_text().splitlines(True)
+    starts = [i for i, l in enumerate(lines) if l.startswith("@@")]
+    for n, s in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+        # a hunk ends at the next hunk, the next file's diff, or the trailer
+        for j in range(s + 1, end):
+            if lines[j].startswith(("diff --git", "-- \n")):
+                end = j
+                break
+        if needle in "".join(lines[s:end]):
+            patch.write_text("".join(lines[:s] + lines[end:]))
+            return
+    raise AssertionError(f"no hunk with {needle!r} in {patch}")
+
+
+class TestVerifyPatches(ToolTestCase):
+    def test_refuses_the_wrong_torch(self) -> None:
+        proc = run_tool("verify_patches.py", "--base", "v9.9.0")
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("needs torch 9.9.0", proc.stderr)
+
+    @needs_series_torch
+    def test_dropped_hunk_fails(self) -> None:
+        # Dropping the hunk that fakeifies opaques in unwrap_tensor_subclasses
+        # brings back the silent bug (compile-time object captured as a graph
+        # constant): the series still applies, the patched suite must fail.
+        patches = self.tmp / "patches"
+        shutil.copytree(REAL_SERIES, patches)
+        first = sorted(patches.glob("0001-*.patch"))[0]
+        drop_hunk(first, "out[0].append(_maybe_fakeify_opaque(t))")
+        proc = run_tool("verify_patches.py", "--base", f"v{SERIES_VERSION}",
+                        "--patches-dir", str(patches), "--skip-backport-run")
+        self.assertNotEqual(proc.returncode, 0, proc.stdout)
+        self.assertIn("FAILED: verify_patches", proc.stderr)
+        self.assertIn("suite in patched mode failed", proc.stderr)
+
+
+class TestUpstream(ToolTestCase):
+    def fake_ghstack(self) -> tuple[Path, Path]:
+        bindir = self.tmp / "bin"
+        bindir.mkdir()
+        record = self.tmp / "ghstack-record.txt"
+        script = bindir / "ghstack"
+        script.write_text(textwrap.dedent(f"""\
+            #!/bin/sh
+            {{
+              echo "argv: $*"
+              echo "cwd: $(pwd)"
+              git log --format=%s v9.9.0..HEAD
+            }} > {record}
+            """))
+        script.chmod(script.stat().st_mode | stat.S_IEXEC)
+        return bindir, record
+
+    def upstream_checkout(self) -> tuple[Path, Path]:
+        ck = self.fake_checkout()
+        patches = self.fake_series(ck)
+        clone = self.tmp / "pytorch"
+        subprocess.run(["git", "clone", "-q", str(ck), str(clone)], check=True)
+        return clone, patches
+
+    def test_submits_the_series_with_ghstack(self) -> None:
+        clone, patches = self.upstream_checkout()
+        bindir, record = self.fake_ghstack()
+        env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
+        proc = run_tool("upstream.py", str(clone), "--patches-dir", str(patches),
+                        "--base-branch", "release/9.9", "--", "--draft", env=env)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        text = record.read_text().splitlines()
+        self.assertEqual(text[0], "argv: submit --base release/9.9 v9.9.0..HEAD --draft")
+        self.assertEqual(Path(text[1][len("cwd: "):]).resolve(), clone.resolve())
+        self.assertEqual(text[2:], ["[test] add test_f", "[sub] f adds two"])
+        self.assertEqual(git(clone, "rev-parse", "--abbrev-ref", "HEAD"), "opaque-subclass-attrs-v9.9.0")
+
+    def test_dry_run_does_not_call_ghstack(self) -> None:
+        clone, patches = self.upstream_checkout()
+        bindir, record = self.fake_ghstack()
+        env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
+        proc = run_tool("upstream.py", str(clone), "--patches-dir", str(patches), "--dry-run", env=env)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("would run", proc.stdout)
+        self.assertIn("ghstack submit v9.9.0..HEAD", proc.stdout)
+        self.assertFalse(record.exists())
+        self.assertEqual(git(clone, "log", "--format=%s", "v9.9.0..HEAD").splitlines(),
+                         ["[test] add test_f", "[sub] f adds two"])
+
+    def test_conflict_restores_branch(self) -> None:
+        clone, patches = self.upstream_checkout()
+        drop_hunk(sorted(patches.glob("0001-*.patch"))[0], "x + 2")  # empty patch: am fails
+        before = tree_state(clone)
+        proc = run_tool("upstream.py", str(clone), "--patches-dir", str(patches), "--dry-run")
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("0001-sub-f-adds-two.patch", proc.stderr)
+        self.assertEqual(tree_state(clone), before)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,282 @@
+#!/usr/bin/env python3
+"""End-to-end parity check: the in-tree patch series vs. the backport.
+
+    /work/venvs/t211/bin/python tools/verify_patches.py --base v2.11.0 \\
+        [--patches-dir DIR] [--keep DIR] [--skip-backport-run]
+
+Run it with the Python of an environment holding the torch the series is
+for (torch 2.11.0 for ``--base v2.11.0``). Steps, each stopping with a clear
+message on failure:
+
+1. checkout: tools/make_checkout.py from the installed wheel (tag v2.11.0);
+2. apply: tools/apply_patches.py (``git am -3``) with the series;
+3. materialize: a temp dir holding a ``torch`` package made of hard links to
+   the installed files, except the files the series changed, which are real
+   copies of the patched sources (the installed torch is never modified);
+4. run the graph-dump suite (test/) with that dir first on PYTHONPATH and
+   ``TSRT_MODE=patched``: nothing is installed, torch's own patched code
+   does the work; then the series' own in-tree test file, with
+   torch_subclass_rt made unimportable;
+5. run the suite in ``backport`` mode (stock torch + torch_subclass_rt.install());
+6. compare every graph dump of 4 with 5: same names, same bytes.
+
+Exit status 0 only if the series applies, both suite runs and the in-tree
+test pass, and the dumps are identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tools._common import REPO_ROOT, ToolError, git, main_wrapper, normalize_version  # noqa: E402
+from tools import apply_patches, make_checkout  # noqa: E402
+
+SUITE = REPO_ROOT / "test" / "test_opaque_subclass_attrs.py"
+IN_TREE_TEST = "test/test_opaque_subclass_attrs.py"
+
+# Runs the suite under pytest; the harness writes every graph dump it
+# compares to $TSRT_DUMP_DIR (same file names as test/expected/).
+_SUITE_RUNNER = r"""
+import os, sys
+from pathlib import Path
+test_dir = Path(sys.argv[1]).resolve()
+sys.path.insert(0, str(test_dir))
+import torch
+want = os.environ.get("TSRT_EXPECT_TORCH_UNDER")
+if want and not Path(torch.__file__).resolve().is_relative_to(Path(want).resolve()):
+    sys.exit(f"verify_patches: imported torch from {torch.__file__}, expected under {want}")
+print(f"verify_patches: torch {torch.__version__} from {Path(torch.__file__).parent}", flush=True)
+import pytest
+sys.exit(pytest.main(sys.argv[2:]))
+"""
+
+# Runs the in-tree test file with torch_subclass_rt unimportable: the
+# series' test must be self-contained.
+_IN_TREE_RUNNER = r"""
+import os, runpy, sys
+sys.modules["torch_subclass_rt"] = None  # any import of it fails
+sys.argv = [sys.argv[1]] + sys.argv[2:]
+# as `python test/x.py` would: the script's directory first, not the cwd
+# (the checkout root holds an unbuilt torch/ source tree)
+sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def step(msg: str) -> None:
+    print(f"==> {msg}", flush=True)
+
+
+def installed_torch() -> tuple[Path, str]:
+    root = make_checkout.default_torch_root()
+    proc = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.__version__)"],
+        capture_output=True, text=True,
+    )
+    if proc.returncode != 0:
+        raise ToolError(f"cannot import torch with {sys.executable}:\n{proc.stderr}")
+    return root, normalize_version(proc.stdout.strip())
+
+
+def changed_files(checkout: Path, base: str) -> tuple[list[str], list[str]]:
+    """(changed or added, deleted) paths under torch/, relative to torch/."""
+    out = git(checkout, "diff", "--name-status", "--no-renames", f"{base}..HEAD", "--", "torch").stdout
+    changed, deleted = [], []
+    for line in out.splitlines():
+        status, path = line.split("\t", 1)
+        rel = path[len("torch/"):]
+        (deleted if status.startswith("D") else changed).append(rel)
+    return changed, deleted
+
+
+def materialize(torch_root: Path, checkout: Path, base: str, dest: Path) -> list[str]:
+    """dest/torch = hard links to torch_root + copies of the patched files."""
+    changed, deleted = changed_files(checkout, base)
+    skip = set(changed) | set(deleted)
+    # stale bytecode of a patched module must not be linked in
+    stale_pyc = {
+        (str(Path(rel).parent / "__pycache__"), Path(rel).stem) for rel in skip if rel.endswith(".py")
+    }
+    target = dest / "torch"
+    linked = 0
+    for dirpath, dirnames, filenames in os.walk(torch_root):
+        rel_dir = Path(dirpath).relative_to(torch_root)
+        (target / rel_dir).mkdir(parents=True, exist_ok=True)
+        for name in filenames:
+            rel = str(rel_dir / name) if str(rel_dir) != "." else name
+            if rel in skip:
+                continue
+            if rel_dir.name == "__pycache__" and (str(rel_dir), name.split(".", 1)[0]) in stale_pyc:
+                continue
+            src = Path(dirpath) / name
+            dst = target / rel
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copy2(src, dst)  # another filesystem: copy instead
+            linked += 1
+    for rel in changed:
+        dst = target / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if dst.exists():
+            dst.unlink()
+        shutil.copyfile(checkout / "torch" / rel, dst)  # a new inode, never a link
+    return changed
+
+
+def run_suite(mode: str, dump_dir: Path, pythonpath: list[Path], expect_torch_under: Path | None,
+              log: Path) -> int:
+    env = dict(os.environ)
+    env["TSRT_MODE"] = mode
+    env["TSRT_DUMP_DIR"] = str(dump_dir)
+    env["PYTHONPATH"] = os.pathsep.join([*(str(p) for p in pythonpath), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.pop("EXPECTTEST_ACCEPT", None)  # compare, never record
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if expect_torch_under is not None:
+        env["TSRT_EXPECT_TORCH_UNDER"] = str(expect_torch_under)
+    cmd = [sys.executable, "-c", _SUITE_RUNNER, str(REPO_ROOT / "test"), str(SUITE),
+           "-q", "-p", "no:cacheprovider", "-rs"]
+    with open(log, "w") as fh:
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    return proc.returncode
+
+
+def run_in_tree_test(checkout: Path, site: Path, log: Path) -> int:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(site)  # the patched torch; not this repository
+    env.pop("TSRT_MODE", None)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    cmd = [sys.executable, "-c", _IN_TREE_RUNNER, IN_TREE_TEST]
+    with open(log, "w") as fh:
+        proc = subprocess.run(cmd, cwd=checkout, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    return proc.returncode
+
+
+def compare_dumps(a: Path, b: Path) -> list[str]:
+    names_a = {p.name for p in a.glob("*.txt")} if a.is_dir() else set()
+    names_b = {p.name for p in b.glob("*.txt")} if b.is_dir() else set()
+    problems = []
+    for n in sorted(names_a - names_b):
+        problems.append(f"only in patched run: {n}")
+    for n in sorted(names_b - names_a):
+        problems.append(f"only in backport run: {n}")
+    for n in sorted(names_a & names_b):
+        if not filecmp.cmp(a / n, b / n, shallow=False):
+            problems.append(f"differs: {n}")
+    if not names_a and not names_b:
+        problems.append("no graph dumps were written by either run")
+    return problems
+
+
+def _tail(path: Path, n: int = 40) -> str:
+    lines = path.read_text(errors="replace").splitlines()
+    return "\n".join(lines[-n:])
+
+
+def verify(base: str, patches_dir: Path | None, work: Path, skip_backport: bool = False) -> list[str]:
+    version = normalize_version(base.lstrip("v"))
+    torch_root, installed = installed_torch()
+    if installed != version:
+        raise ToolError(
+            f"--base {base} needs torch {version}, but {sys.executable} has torch {installed} "
+            f"(run with the Python of a torch {version} environment, e.g. /work/venvs/t211/bin/python)"
+        )
+    failures: list[str] = []
+
+    step(f"checkout of the installed torch {installed} ({torch_root})")
+    checkout = work / "checkout"
+    make_checkout.make_checkout(torch_root, checkout)
+
+    step("apply the series")
+    applied = apply_patches.apply(checkout, patches_dir=patches_dir)
+    for name in applied:
+        print(f"    {name}")
+
+    step("materialize the patched torch (hard links + patched copies)")
+    site = work / "site"
+    changed = materialize(torch_root, checkout, f"v{version}", site)
+    print(f"    {site}/torch: {len(changed)} patched files")
+
+    step("graph-dump suite against the patched torch (TSRT_MODE=patched)")
+    patched_dumps = work / "dumps" / "patched"
+    rc = run_suite("patched", patched_dumps, [site, REPO_ROOT], site, work / "suite-patched.log")
+    if rc != 0:
+        failures.append(f"suite in patched mode failed (exit {rc}); log {work / 'suite-patched.log'}:\n"
+                        + _tail(work / "suite-patched.log"))
+    else:
+        print("    passed")
+
+    step(f"in-tree test {IN_TREE_TEST} of the series")
+    if not (checkout / IN_TREE_TEST).is_file():
+        failures.append(f"the series adds no {IN_TREE_TEST}")
+    else:
+        rc = run_in_tree_test(checkout, site, work / "in-tree-test.log")
+        if rc != 0:
+            failures.append(f"{IN_TREE_TEST} failed (exit {rc}); log {work / 'in-tree-test.log'}:\n"
+                            + _tail(work / "in-tree-test.log"))
+        else:
+            print("    passed")
+
+    if skip_backport:
+        return failures
+    step("graph-dump suite in backport mode (stock torch + torch_subclass_rt.install())")
+    backport_dumps = work / "dumps" / "backport"
+    rc = run_suite("backport", backport_dumps, [REPO_ROOT], None, work / "suite-backport.log")
+    if rc != 0:
+        failures.append(f"suite in backport mode failed (exit {rc}); log {work / 'suite-backport.log'}:\n"
+                        + _tail(work / "suite-backport.log"))
+    else:
+        print("    passed")
+
+    step("compare graph dumps, patched vs backport")
+    problems = compare_dumps(patched_dumps, backport_dumps)
+    if problems:
+        failures.append(
+            "graph dumps differ between the series and the backport "
+            f"({patched_dumps} vs {backport_dumps}):\n  " + "\n  ".join(problems)
+        )
+    else:
+        print(f"    {len(list(patched_dumps.glob('*.txt')))} dumps identical")
+    return failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--base", required=True, help="base tag, e.g. v2.11.0")
+    ap.add_argument("--patches-dir", type=Path, help="series to verify (default: patches/<base>/)")
+    ap.add_argument("--keep", type=Path, help="work in this (new) directory and keep it")
+    ap.add_argument("--skip-backport-run", action="store_true",
+                    help="only apply + run the patched suite and in-tree test (no dump comparison)")
+    args = ap.parse_args(argv)
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=False)
+        work = args.keep.resolve()
+    else:
+        work = Path(tempfile.mkdtemp(prefix="tsrt-verify-"))
+    try:
+        failures = verify(args.base, args.patches_dir, work, args.skip_backport_run)
+    except ToolError as e:
+        failures = [str(e)]
+    if not failures and not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    if failures:
+        print(f"\nFAILED: verify_patches --base {args.base} (work dir kept: {work})", file=sys.stderr)
+        for f in failures:
+            print(f"\n* {f}", file=sys.stderr)
+        return 1
+    print(f"\nOK: the series applies, the suites pass, and the graph dumps are identical")
+    return 0
+
+
+if __name__ == "__main__":
+    main_wrapper(main)
