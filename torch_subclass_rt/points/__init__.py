@@ -20,6 +20,7 @@ SUBSYSTEMS: tuple[str, ...] = (
     "fake_tensors",
     "guards",
     "dynamo",
+    "validation",
     "export",
     "parametrize",
     "distributed",

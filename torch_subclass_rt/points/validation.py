@@ -1,0 +1,51 @@
+"""Clear errors for bad flatten attrs in forced mode (torch 2.13).
+
+Native 2.13 first looks at a subclass input's flatten attrs in
+``VariableBuilder.wrap_tensor`` -> ``is_fake``, which fails on an
+unregistered object with an internal ``AssertionError: expected Tensor or
+OpaqueBase, got <class ...>`` naming neither the subclass nor the attribute.
+In forced mode we check the attrs first and raise the runtime's errors (the
+backport gets the same check from its ``dynamo.VariableBuilder.wrap_tensor``
+source edit, which sits where 2.12 validates).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+from ..patching.registry import PatchPoint
+from ._dynamo_opaque import check_flatten_attr
+from ._versions import FORCED
+
+
+def _validate_then_wrap(original):
+    @functools.wraps(original)
+    def wrap_tensor(self, value):
+        if is_traceable_wrapper_subclass(value):
+            _check_subclass(value)
+        return original(self, value)
+
+    return wrap_tensor
+
+
+def _check_subclass(value) -> None:
+    attrs, _ = value.__tensor_flatten__()
+    for attr in attrs:
+        inner = getattr(value, attr)
+        check_flatten_attr(value, attr, inner)
+        if is_traceable_wrapper_subclass(inner):
+            _check_subclass(inner)
+
+
+POINTS = [
+    PatchPoint(
+        name="validation.VariableBuilder.wrap_tensor",
+        target="torch._dynamo.variables.builder:VariableBuilder.wrap_tensor",
+        build=_validate_then_wrap,
+        reason="name the subclass and attr of an unregistered flatten attr",
+        versions=FORCED,
+        modes=frozenset({"forced"}),
+    ),
+]
