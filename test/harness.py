@@ -65,40 +65,28 @@ def setup_mode() -> str:
     Idempotent (several test modules call it). Returns the mode.
     """
     mode = current_mode()
-    if mode == "native":
-        # Nothing to do, and nothing must have been patched: native means
-        # torch's own implementation end to end.
-        if torch_major_minor() < (2, 12):
-            raise RuntimeError(
-                f"TSRT_MODE=native needs torch >= 2.12 (native opaque attrs); "
-                f"this is torch {torch.__version__}"
-            )
+    # native: torch's own implementation end to end; patched: the feature
+    # comes from torch's (patched) sources. Either way nothing may be
+    # installed; torch_subclass_rt stays importable for its OpaqueBase /
+    # register_opaque spelling, which patches nothing.
+    if mode == "native" and torch_major_minor() < (2, 12):
+        raise RuntimeError(
+            f"TSRT_MODE=native needs torch >= 2.12 (native opaque attrs); "
+            f"this is torch {torch.__version__}"
+        )
+    if mode == "patched" and torch_major_minor() != (2, 11):
+        raise RuntimeError(
+            f"TSRT_MODE=patched needs torch 2.11 with the patch series "
+            f"applied; this is torch {torch.__version__}"
+        )
+    if mode in ("native", "patched"):
         import sys
 
         tsrt = sys.modules.get("torch_subclass_rt")
         if tsrt is not None:
             st = tsrt.status()
             assert st.mode == "off" and not st.points, (
-                f"native mode but torch_subclass_rt is installed: {st!r}"
-            )
-        return mode
-
-    if mode == "patched":
-        # The feature comes from torch's own (patched) sources: nothing may
-        # be installed. torch_subclass_rt is still importable for its
-        # OpaqueBase / register_opaque spelling, which patch nothing.
-        if torch_major_minor() != (2, 11):
-            raise RuntimeError(
-                f"TSRT_MODE=patched needs torch 2.11 with the patch series "
-                f"applied; this is torch {torch.__version__}"
-            )
-        import sys
-
-        tsrt = sys.modules.get("torch_subclass_rt")
-        if tsrt is not None:
-            st = tsrt.status()
-            assert st.mode == "off" and not st.points, (
-                f"patched mode but torch_subclass_rt is installed: {st!r}"
+                f"{mode} mode but torch_subclass_rt is installed: {st!r}"
             )
         return mode
 

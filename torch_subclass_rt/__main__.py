@@ -1,4 +1,4 @@
-"""Command line: ``python -m torch_subclass_rt {status,selftest}``."""
+"""Command line: ``python -m torch_subclass_rt {status,selftest,demo}``."""
 
 from __future__ import annotations
 
@@ -37,9 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--install", action="store_true", help="install() first")
     st.add_argument("--force", action="store_true", help="with --install: force=True")
     sub.add_parser("selftest", help="compile a subclass with an opaque attr and check it")
+    from torch_subclass_rt import demo
+
+    demo.add_arguments(sub.add_parser("demo", help="2-rank gloo training of a sharded MLP, compiled"))
     args = parser.parse_args(argv)
     if args.cmd == "status":
         return _status(args)
+    if args.cmd == "demo":
+        return demo.run_cli(args)
     from torch_subclass_rt.selftest import main as selftest
 
     return selftest()

@@ -10,3 +10,5 @@ ONLY_BACKPORT = {"versions": BACKPORT, "modes": frozenset({"backport"})}
 #: our runtime replacing torch's: on 2.11 to add the feature, on 2.13 (forced)
 #: to prove it is a drop-in equal of the native implementation.
 RUNTIME = {"versions": BACKPORT | FORCED, "modes": frozenset({"backport", "forced"})}
+#: forced-only: adapts torch >= 2.12's native code to our runtime.
+ONLY_FORCED = {"versions": FORCED, "modes": frozenset({"forced"})}

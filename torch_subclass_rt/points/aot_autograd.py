@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..patching.registry import PatchPoint
 from ..runtime import flatten, meta, tangents, wrap
-from ._versions import BACKPORT, FORCED, ONLY_BACKPORT, RUNTIME
+from ._versions import ONLY_BACKPORT, ONLY_FORCED, RUNTIME
 
 _AOT = "torch._functorch._aot_autograd"
 _SU = f"{_AOT}.subclass_utils"
@@ -53,8 +53,7 @@ POINTS = [
             f"{_AOT}.subclass_parametrization",
             _SU,
         ),
-        versions=FORCED,
-        modes=frozenset({"forced"}),
+        **ONLY_FORCED,
     ),
     PatchPoint(
         name="aot.SubclassCreationMeta.creation_fn",
@@ -127,4 +126,3 @@ POINTS = [
     ),
 ]
 
-del BACKPORT

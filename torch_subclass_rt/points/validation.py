@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..patching.registry import PatchPoint
 from ._dynamo_opaque import check_flatten_attr
-from ._versions import FORCED
+from ._versions import ONLY_FORCED
 
 
 def _validate_then_wrap(original):
@@ -45,7 +45,6 @@ POINTS = [
         target="torch._dynamo.variables.builder:VariableBuilder.wrap_tensor",
         build=_validate_then_wrap,
         reason="name the subclass and attr of an unregistered flatten attr",
-        versions=FORCED,
-        modes=frozenset({"forced"}),
+        **ONLY_FORCED,
     ),
 ]

@@ -1,0 +1,379 @@
+"""``python -m torch_subclass_rt demo``: a sharded MLP over real process groups.
+
+Spawns ``world_size`` ranks (gloo on CPU, or CUDA tensors over gloo), each
+of which installs torch_subclass_rt, trains a small MLP on a batch-sharded
+``ShardTensor`` (see :mod:`torch_subclass_rt.examples.sharded`) with a
+compiled step, and checks every step against the same step in eager mode and
+against a single-process reference on the whole batch (loss, output, input
+and parameter grads). Then it builds a second, fresh process group and
+handle and trains on, checking that nothing recompiles, that outputs and
+grads carry the new handle, and that the collectives ran on the new group.
+
+A rank that raises makes the run fail promptly with that rank's traceback:
+the parent watches a result queue and the children's exit codes, terminates
+the other ranks (which would otherwise wait in a collective) and always
+reaps every child.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import queue as queue_mod
+import socket
+import sys
+import time
+import traceback
+from typing import Any
+
+import torch
+
+MODES = ("auto", "backport", "forced", "native")
+
+
+class DemoFailure(RuntimeError):
+    """A rank failed, timed out or died; the message carries its error."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoConfig:
+    #: "auto": install() (backport on 2.11, native on >= 2.12); "backport",
+    #: "forced" (install(force=True)), "native" (install() is never called)
+    mode: str = "auto"
+    backend: str = "inductor"
+    world_size: int = 2
+    steps: int = 3  # on the first mesh
+    steps_second_mesh: int = 2
+    device: str = "cpu"
+    #: inject an error into this rank's compiled step (None: no failure)
+    fail_rank: int | None = None
+    fail_step: int = 0
+    atol: float = 1e-5
+    rtol: float = 1e-4
+
+
+# --------------------------------------------------------------------------
+# one rank
+
+
+def _apply_mode(mode: str):
+    import torch_subclass_rt as tsrt
+
+    if mode == "native":
+        return tsrt.status()
+    st = tsrt.install(force=(mode == "forced"))
+    if mode != "auto" and st.mode != mode:
+        raise RuntimeError(f"mode {mode!r} requested but install() gave {st!r}")
+    return st
+
+
+class _MLP(torch.nn.Module):
+    def __init__(self, d_in: int = 8, d_hidden: int = 32, d_out: int = 4) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(d_in, d_hidden)
+        self.fc2 = torch.nn.Linear(d_hidden, d_out)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def _step(model, x, target):
+    y = model(x)
+    loss = ((y - target) ** 2).mean()
+    # y is returned for checking only; detached, so backward() on the loss
+    # alone is the whole backward (AOTAutograd guesses a tangent otherwise)
+    return loss, y.detach()
+
+
+def _train(rank: int, cfg: DemoConfig) -> dict[str, Any]:
+    import torch.distributed as dist
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    from .examples.sharded import MeshHandle, ShardTensor, distribute
+
+    world = cfg.world_size
+    dev = torch.device(cfg.device if cfg.device != "cuda" else "cuda:0")
+    torch.manual_seed(0)
+    base = _MLP().to(dev)
+    models = {k: copy.deepcopy(base) for k in ("ref", "eager", "compiled")}
+    n_steps = cfg.steps + cfg.steps_second_mesh
+    global_batch = 8 * world
+    xs = torch.randn(n_steps, global_batch, 8, device=dev)
+    ts = torch.randn(n_steps, global_batch, 4, device=dev)
+
+    counter = CompileCounterWithBackend(cfg.backend)
+    compiled = torch.compile(
+        lambda x, t: _step(models["compiled"], x, t), backend=counter, fullgraph=True
+    )
+    max_err = 0.0
+    times: dict[str, list[float]] = {"eager": [], "compiled": []}
+
+    def close(actual, expected, what):
+        nonlocal max_err
+        actual, expected = actual.detach(), expected.detach()
+        if actual.shape != expected.shape:
+            raise AssertionError(f"rank {rank}: {what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}")
+        max_err = max(max_err, (actual - expected).abs().max().item())
+        torch.testing.assert_close(actual, expected, atol=cfg.atol, rtol=cfg.rtol, msg=lambda m: f"rank {rank}: {what}: {m}")
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    def run(mesh: MeshHandle, i: int) -> None:
+        # the single-process reference, on the whole batch
+        xr = xs[i].clone().requires_grad_(True)
+        loss_r, y_r = _step(models["ref"], xr, ts[i])
+        loss_r.backward()
+
+        outs = {}
+        for kind in ("eager", "compiled"):
+            x = distribute(xs[i], mesh, 0).detach().requires_grad_(True)
+            t = distribute(ts[i], mesh, 0)
+            if kind == "compiled" and cfg.fail_rank == rank and i == cfg.fail_step:
+                mesh.fail = "injected failure inside the compiled step"
+            sync()
+            t0 = time.perf_counter()
+            loss, y = compiled(x, t) if kind == "compiled" else _step(models[kind], x, t)
+            loss.backward()
+            sync()
+            times[kind].append(time.perf_counter() - t0)
+            outs[kind] = (loss, y, x)
+
+        for kind, (loss, y, x) in outs.items():
+            tag = f"step {i} {kind} vs single-process"
+            if type(y) is not ShardTensor or y.mesh is not mesh:
+                raise AssertionError(f"rank {rank}: {tag}: output carries {getattr(y, 'mesh', None)!r}, not {mesh!r}")
+            if type(x.grad) is not ShardTensor or x.grad.mesh is not mesh:
+                raise AssertionError(
+                    f"rank {rank}: {tag}: input grad carries {getattr(x.grad, 'mesh', None)!r}, not {mesh!r}"
+                )
+            close(loss, loss_r, f"{tag}: loss")
+            close(y.full_tensor(), y_r, f"{tag}: output")
+            close(x.grad._local, xr.grad.chunk(world, 0)[rank], f"{tag}: input grad")
+            for (name, p), p_ref in zip(models[kind].named_parameters(), models["ref"].parameters()):
+                if type(p.grad) is not torch.Tensor:
+                    raise AssertionError(f"rank {rank}: {tag}: {name}.grad is a {type(p.grad).__name__}")
+                close(p.grad, p_ref.grad, f"{tag}: {name}.grad")
+        # compiled vs eager, directly
+        close(outs["compiled"][0], outs["eager"][0], f"step {i} compiled vs eager: loss")
+        for (name, pc), pe in zip(models["compiled"].named_parameters(), models["eager"].parameters()):
+            close(pc.grad, pe.grad, f"step {i} compiled vs eager: {name}.grad")
+
+        with torch.no_grad():
+            for m in models.values():
+                for p in m.parameters():
+                    p -= 0.1 * p.grad
+                    p.grad = None
+
+    ranks = list(range(world))
+    mesh1 = MeshHandle(dist.new_group(ranks, backend="gloo"), "mesh-1")
+    for i in range(cfg.steps):
+        run(mesh1, i)
+    compiles_first = counter.frame_count
+
+    # a fresh process group and handle: same graph, new runtime object
+    mesh2 = MeshHandle(dist.new_group(ranks, backend="gloo"), "mesh-2")
+    calls1 = mesh1.calls
+    for i in range(cfg.steps, n_steps):
+        run(mesh2, i)
+    if mesh1.calls != calls1:
+        raise AssertionError(f"rank {rank}: steps on mesh-2 ran {mesh1.calls - calls1} collective(s) on mesh-1")
+    if counter.frame_count != 1:
+        raise AssertionError(
+            f"rank {rank}: {counter.frame_count} compiles for two meshes "
+            f"({compiles_first} after mesh-1), expected 1"
+        )
+
+    def per_step(ts_):  # the first step of each mesh includes compilation
+        warm = ts_[1 : cfg.steps] + ts_[cfg.steps + 1 :]
+        return 1000 * sum(warm) / len(warm) if warm else float("nan")
+
+    return {
+        "rank": rank,
+        "status": _short_status(cfg.mode),
+        "compiles": counter.frame_count,
+        "max_err": max_err,
+        "eager_ms": per_step(times["eager"]),
+        "compiled_ms": per_step(times["compiled"]),
+        "first_compiled_s": times["compiled"][0],
+        "mesh2_calls": mesh2.calls,
+        "caches": _cache_counters(),
+    }
+
+
+def _cache_counters() -> str:
+    from torch._dynamo.utils import counters
+
+    found = {
+        k: v
+        for group in ("aot_autograd", "inductor")
+        for k, v in counters[group].items()
+        if "cache" in k
+    }
+    return ", ".join(f"{k}={v}" for k, v in sorted(found.items())) or "none"
+
+
+def _short_status(requested: str) -> str:
+    import torch_subclass_rt as tsrt
+
+    st = tsrt.status()
+    if requested == "native":
+        return f"mode='native' (install() not called; status: mode={st.mode!r})"
+    return f"mode={st.mode!r}, {len(st.points)} patch point(s)"
+
+
+def _worker(rank: int, cfg: DemoConfig, port: int, results) -> None:
+    """Entry point of one spawned rank. Reports ("ok", rank, result) or
+    ("error", rank, traceback) on ``results``; on error, exits at once
+    without tearing down the process group (a peer may be stuck in a
+    collective with us)."""
+    ok = False
+    try:
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
+        torch.set_num_threads(1)
+        _apply_mode(cfg.mode)
+        import torch._inductor.config as inductor_config
+        import torch.distributed as dist
+
+        inductor_config.compile_threads = 1
+        dist.init_process_group(
+            "gloo", rank=rank, world_size=cfg.world_size, init_method=f"tcp://127.0.0.1:{port}"
+        )
+        result = _train(rank, cfg)
+        results.put(("ok", rank, result))
+        ok = True
+        dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001 - everything goes to the parent
+        results.put(("error", rank, traceback.format_exc()))
+    finally:
+        results.close()
+        results.join_thread()
+        if not ok:
+            sys.stderr.flush()
+            os._exit(1)
+
+
+# --------------------------------------------------------------------------
+# the parent
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(cfg: DemoConfig, timeout: float = 300.0) -> list[dict[str, Any]]:
+    """Run the demo on ``cfg.world_size`` spawned ranks; the per-rank results.
+
+    Raises :class:`DemoFailure` with the first failing rank's traceback as
+    soon as one rank fails, dies or the whole run passes ``timeout``
+    seconds; every child is terminated (then killed) and reaped either way.
+    """
+    import torch.multiprocessing as mp
+
+    if cfg.mode not in MODES:
+        raise ValueError(f"mode {cfg.mode!r}: expected one of {', '.join(MODES)}")
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [
+        ctx.Process(target=_worker, args=(r, cfg, port, results), name=f"tsrt-demo-rank{r}", daemon=True)
+        for r in range(cfg.world_size)
+    ]
+    done: dict[int, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        for p in procs:
+            p.start()
+        while len(done) < cfg.world_size:
+            try:
+                kind, rank, payload = results.get(timeout=0.2)
+            except queue_mod.Empty:
+                for r, p in enumerate(procs):
+                    if r not in done and p.exitcode is not None:
+                        # died without reporting (signal, os._exit); give a
+                        # report still in the pipe a moment to arrive
+                        try:
+                            kind, rank, payload = results.get(timeout=2.0)
+                            break
+                        except queue_mod.Empty:
+                            raise DemoFailure(
+                                f"rank {r} exited with code {p.exitcode} without reporting"
+                            ) from None
+                else:
+                    if time.monotonic() > deadline:
+                        raise DemoFailure(
+                            f"timed out after {timeout:.0f}s; ranks still running: "
+                            f"{[r for r in range(cfg.world_size) if r not in done]}"
+                        )
+                    continue
+            if kind == "error":
+                raise DemoFailure(f"rank {rank} failed:\n{payload}")
+            done[rank] = payload
+        for p in procs:
+            p.join(timeout=max(1.0, deadline - time.monotonic()))
+        return [done[r] for r in range(cfg.world_size)]
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+        results.close()
+
+
+def format_report(cfg: DemoConfig, results: list[dict[str, Any]]) -> str:
+    r0 = results[0]
+    lines = [
+        f"torch {torch.__version__}  {r0['status']}",
+        f"backend={cfg.backend} device={cfg.device} world_size={cfg.world_size} "
+        f"steps={cfg.steps} on mesh-1 + {cfg.steps_second_mesh} on a fresh mesh-2",
+        f"compiles: {', '.join(str(r['compiles']) for r in results)} (per rank; expected 1)",
+        f"max |error| vs eager and single-process: {max(r['max_err'] for r in results):.3g}",
+        "time per step (fwd+bwd, after warm-up, rank 0): "
+        f"eager {r0['eager_ms']:.2f} ms, compiled {r0['compiled_ms']:.2f} ms "
+        f"(first compiled step incl. compile {r0['first_compiled_s']:.1f} s)",
+        "mesh-2: outputs and grads carry the new handle; its collectives ran on the new group",
+        f"compile caches (rank 0): {r0['caches']}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m torch_subclass_rt demo")
+    add_arguments(parser)
+    return run_cli(parser.parse_args(argv))
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--backend", default="inductor", help="torch.compile backend (default inductor)")
+    parser.add_argument("--mode", default="auto", choices=MODES, help="install mode in every rank")
+    parser.add_argument("--steps", type=int, default=3, help="steps on the first mesh")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds for the whole run")
+
+
+def run_cli(args) -> int:
+    cfg = DemoConfig(mode=args.mode, backend=args.backend, steps=args.steps, device=args.device)
+    t0 = time.perf_counter()
+    try:
+        results = run_ranks(cfg, timeout=args.timeout)
+    except DemoFailure as e:
+        print(f"demo FAILED: {e}", file=sys.stderr)
+        return 1
+    print(format_report(cfg, results))
+    print(f"demo PASSED in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
