@@ -21,6 +21,7 @@ SUBSYSTEMS: tuple[str, ...] = (
     "guards",
     "dynamo",
     "validation",
+    "inductor",
     "export",
     "parametrize",
     "distributed",
