@@ -20,13 +20,19 @@ def _status(args: argparse.Namespace) -> int:
     from torch_subclass_rt.patching.registry import select
     from torch_subclass_rt.points import all_points
 
-    for mode in ("backport", "forced"):
-        pts = select(all_points(), st.torch_version, mode)
-        if pts:
-            print(f"patch points for torch {st.torch_version} ({mode}):")
-            for p in pts:
-                mark = "*" if p.name in st.points else " "
-                print(f"  {mark} {p.name:55s} {p.reason}")
+    try:  # the mode install() would pick here (with --force if given)
+        mode = tsrt._choose_mode(st.torch_version, args.force)
+    except tsrt.UnsupportedTorchVersion as e:
+        print(e)
+        return 2
+    pts = select(all_points(), st.torch_version, mode)
+    if pts:
+        print(f"patch points for torch {st.torch_version} ({mode}; * = applied):")
+        for p in pts:
+            mark = "*" if p.name in st.points else " "
+            print(f"  {mark} {p.name:55s} {p.reason}")
+    else:
+        print(f"torch {st.torch_version} ({mode}): nothing to patch")
     return 0
 
 
