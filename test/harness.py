@@ -206,3 +206,34 @@ def assertExpectedGraphs(test, recorder, prefix: str = "") -> None:
     for kind, graphs in groups:
         for i, gm in enumerate(graphs):
             assertExpectedGraph(test, gm, f"{prefix}{kind}.{i}")
+
+
+# --------------------------------------------------------------------------
+# device parametrization
+
+
+def instantiate_cpu_and_cuda(generic: type, scope: dict) -> None:
+    """``instantiate_device_type_tests`` for cpu and cuda, and cuda variants
+    listed as skips ("needs a CUDA GPU") where there is none: without a GPU
+    torch leaves them out entirely, and a run should say what it did not do."""
+    import unittest
+
+    from torch.testing._internal.common_device_type import instantiate_device_type_tests
+
+    name = generic.__name__
+    instantiate_device_type_tests(generic, scope, only_for=("cpu", "cuda"))
+    if f"{name}CUDA" not in scope:
+        attrs = {}
+        for test in dir(scope[f"{name}CPU"]):
+            if test.startswith("test_") and test.endswith("_cpu"):
+
+                def skipped(self):
+                    pass
+
+                skipped.__name__ = test[: -len("_cpu")] + "_cuda"
+                attrs[skipped.__name__] = unittest.skip("needs a CUDA GPU")(skipped)
+        from torch._dynamo.test_case import TestCase
+
+        scope[f"{name}CUDA"] = type(f"{name}CUDA", (TestCase,), attrs)
+    # instantiate_device_type_tests removes the generic class itself
+    scope.pop(name, None)

@@ -30,9 +30,6 @@ from torch._dynamo.utils import counters  # noqa: E402
 from torch._functorch import config as functorch_config  # noqa: E402
 from torch._inductor import config as inductor_config  # noqa: E402
 from torch._library.opaque_object import MemberType, get_opaque_type_name  # noqa: E402
-from torch.testing._internal.common_device_type import (  # noqa: E402
-    instantiate_device_type_tests,
-)
 from torch.utils._pytree import tree_leaves, tree_map_only  # noqa: E402
 
 import torch_subclass_rt as tsrt  # noqa: E402
@@ -849,29 +846,7 @@ class TestOpaqueSubclassAttrs(TestCase):
 
 
 _GENERIC = TestOpaqueSubclassAttrs
-instantiate_device_type_tests(_GENERIC, globals(), only_for=("cpu", "cuda"))
-
-if "TestOpaqueSubclassAttrsCUDA" not in globals():
-    # instantiate_device_type_tests leaves cuda out entirely without a GPU;
-    # list the cuda variants anyway, as skips, so a run says what it did not do.
-    def _cuda_skip_variants() -> type:
-        # (the generic class has lost its tests by now; the cpu class has them)
-        attrs = {}
-        for name in dir(TestOpaqueSubclassAttrsCPU):  # noqa: F821
-            if name.startswith("test_") and name.endswith("_cpu"):
-
-                def skipped(self):
-                    pass
-
-                skipped.__name__ = name[: -len("_cpu")] + "_cuda"
-                attrs[skipped.__name__] = unittest.skip("needs a CUDA GPU")(skipped)
-        return type("TestOpaqueSubclassAttrsCUDA", (TestCase,), attrs)
-
-    TestOpaqueSubclassAttrsCUDA = _cuda_skip_variants()
-
-# instantiate_device_type_tests removes the generic class itself
-globals().pop("TestOpaqueSubclassAttrs", None)
-
+harness.instantiate_cpu_and_cuda(_GENERIC, globals())
 
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests

@@ -9,7 +9,7 @@ against our implementation.
 from __future__ import annotations
 
 from ..patching.registry import PatchPoint
-from ..runtime import flatten, meta, tangents, wrap
+from ..runtime import call_wrapper, flatten, meta, tangents, wrap
 from ._versions import ONLY_BACKPORT, ONLY_FORCED, RUNTIME
 
 _AOT = "torch._functorch._aot_autograd"
@@ -116,6 +116,14 @@ POINTS = [
         reason="per-call rebuild of subclass outputs through precomputed plans",
         rebinds=("torch._functorch.aot_autograd", f"{_AOT}.runtime_wrappers"),
         **RUNTIME,
+    ),
+    PatchPoint(
+        name="aot.AOTDispatchSubclassWrapper.post_compile",
+        target=f"{_AOT}.runtime_wrappers:AOTDispatchSubclassWrapper.post_compile",
+        build=call_wrapper.post_compile,
+        reason="per-call unwrap/wrap decided once per compiled function "
+        "(2.13 generates this wrapper's source)",
+        **ONLY_BACKPORT,
     ),
     PatchPoint(
         name="aot.process_runtime_tangent",
