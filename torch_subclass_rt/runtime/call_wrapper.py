@@ -3,11 +3,19 @@
 Replaces ``AOTDispatchSubclassWrapper.post_compile`` of torch 2.11.0. Same
 contract (boxed call: unwrap subclass args into the flat list, run the
 compiled function, rebuild subclass outputs, pass partitioner activations
-through), but the per-argument work is decided once, on the first call (the
-metadata is runtime-safe by then), instead of re-derived on every call.
-torch >= 2.13 gets the same effect by generating source for this wrapper
-(``subclass_codegen``). With the ``torch._functorch._aot_autograd`` graphs
-logger at DEBUG, torch's original wrapper (which logs every step) is used.
+through), but instead of torch 2.11's data-driven loop over the metadata on
+every call, the first call generates a straight-line wrapper with the metadata
+baked in (``codegen``; torch >= 2.13 does the same with its own
+``subclass_codegen``). It waits for the first call because the plans it is
+generated from need runtime-safe metadata (``make_runtime_safe()`` runs after
+``post_compile``). With the ``torch._functorch._aot_autograd`` graphs logger
+at DEBUG when the function is compiled, torch's original wrapper (which logs
+every step) is used.
+
+Not part of the patch series (patches/): it changes how fast the wrapper
+runs, not what it does; upstream's equivalent is a separate change that
+torch 2.13 ships, and the series keeps 2.11's loop, which already handles
+opaque slots through the series' creation_fn.
 """
 
 from __future__ import annotations
@@ -16,63 +24,7 @@ import functools
 import logging
 from typing import Any
 
-from . import plans
-from ._torch_names import aot
-
-
-def _make_unwrap(inp_metas: list[Any]):
-    SubclassCreationMeta = aot().SubclassCreationMeta
-    steps = tuple(
-        plans.unwrap_plan(m) if type(m) is SubclassCreationMeta else None for m in inp_metas
-    )
-
-    def unwrap(args: list[Any]) -> list[Any]:
-        out: list[Any] = []
-        append = out.append
-        # Dynamo's guards pin each argument's type to the one traced, so an
-        # argument with plain metadata is never a subclass and vice versa.
-        for x, plan in zip(args, steps):
-            if plan is None:
-                append(x)
-            else:
-                plans.run_unwrap(plan, x, out, True)
-        if len(args) > len(steps):  # extra args without metadata: as is
-            out.extend(args[len(steps):])
-        return out
-
-    return unwrap
-
-
-def _make_wrap(out_metas: list[Any], num_saved: int | None):
-    names = aot()
-    steps: list[tuple[bool, Any]] = []
-    tallied = 0
-    for m in out_metas:
-        if type(m) is names.PlainTensorMeta:
-            steps.append((False, m.unwrapped_idx))
-            tallied += 1
-        elif type(m) is names.SubclassCreationMeta:
-            if not m.included_subclass_symints:
-                raise AssertionError("included_subclass_symints mismatch: False != True")
-            steps.append((True, plans.wrap_plan(m)))
-            tallied += m.arg_count
-        else:
-            raise AssertionError(f"expected SubclassCreationMeta, got {type(m)}")
-    expected = tallied + (num_saved or 0)
-    run_wrap = plans.run_wrap
-
-    def wrap(outs: Any) -> tuple[Any, ...]:
-        if len(outs) != expected:
-            raise AssertionError(
-                f"compiled forward returned {len(outs)} values, expected {tallied} "
-                f"(outputs) + {num_saved or 0} (activations saved for backward)"
-            )
-        wrapped = [run_wrap(s, outs) if is_sub else outs[s] for is_sub, s in steps]
-        if num_saved is not None:
-            wrapped.extend(outs[tallied:])
-        return tuple(wrapped)
-
-    return wrap
+from .codegen import build_subclass_wrapper
 
 
 def post_compile(original):
@@ -86,19 +38,19 @@ def post_compile(original):
         if rw.aot_graphs_log.isEnabledFor(logging.DEBUG):
             return original(self, compiled_fn, aot_config, runtime_metadata=runtime_metadata)
         num_saved = self.num_fw_outs_saved_for_bw
-        state: dict[str, Any] = {}
+        generated = None
 
         @functools.wraps(compiled_fn)
         def inner_fn(args: list[Any]) -> Any:
-            unwrap = state.get("unwrap")
-            if unwrap is None:
-                unwrap = state["unwrap"] = _make_unwrap(runtime_metadata.subclass_inp_meta)
-                state["wrap"] = _make_wrap(
-                    runtime_metadata.subclass_fw_graph_out_meta, num_saved
+            nonlocal generated
+            if generated is None:
+                generated = build_subclass_wrapper(
+                    compiled_fn,
+                    runtime_metadata.subclass_inp_meta,
+                    runtime_metadata.subclass_fw_graph_out_meta,
+                    num_saved,
                 )
-            unwrapped = unwrap(args)
-            args.clear()
-            return state["wrap"](compiled_fn(unwrapped))
+            return generated(args)
 
         inner_fn._boxed_call = True  # type: ignore[attr-defined]
         return inner_fn

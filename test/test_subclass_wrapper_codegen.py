@@ -1,0 +1,142 @@
+"""The generated per-call subclass wrapper (torch_subclass_rt.runtime.codegen).
+
+On torch 2.11 (backport) every compiled forward with subclass inputs or
+outputs runs through it; the generated source is checked against
+test/expected/ for a flat, a nested and a dynamic-shape case, and the
+function itself against hand-built metadata (any torch: it is pure code).
+"""
+
+from __future__ import annotations
+
+import unittest
+
+import harness
+
+MODE = harness.setup_mode()
+
+import torch  # noqa: E402
+from torch._dynamo.test_case import TestCase  # noqa: E402
+
+from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor  # noqa: E402
+from torch_subclass_rt.runtime import codegen  # noqa: E402
+from torch_subclass_rt.runtime.flatten import create_subclass_meta  # noqa: E402
+from test_opaque_attr_tracing import Scaled  # noqa: E402
+
+CODEGEN_LOGGER = codegen.log.name
+
+
+def runtime_metas(args):
+    """Metadata as AOTAutograd holds it at run time: built from fake
+    tensors (as at trace time), then made runtime-safe."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+    metas = create_subclass_meta(fake, count_symints=True)
+    for m in metas:
+        if hasattr(m, "make_runtime_safe"):
+            m.make_runtime_safe()
+    return metas
+
+
+class TestGeneratedWrapper(TestCase):
+    """The generated function on eager metadata: what it passes to the
+    compiled function and how it rebuilds outputs."""
+
+    def build(self, inputs, outputs, num_saved=None):
+        seen = {}
+
+        def compiled_fn(flat):
+            seen["flat"] = list(flat)
+            return seen["outs"]
+
+        fn = codegen.build_subclass_wrapper(
+            compiled_fn, runtime_metas(inputs), runtime_metas(outputs), num_saved
+        )
+        return fn, seen
+
+    def test_flat_opaque_slot_in_and_out(self):
+        mesh, new_mesh = MeshHandle("a"), MeshHandle("b")
+        x = MeshTensor(torch.randn(3), mesh)
+        plain = torch.randn(2)
+        fn, seen = self.build([x, plain], [x])
+        out_local = torch.randn(3)
+        seen["outs"] = [out_local, new_mesh]
+        args = [x, plain, "rng-seed"]
+        (out,) = fn(args)
+        self.assertEqual(args, [], "boxed call: the wrapper clears its args")
+        self.assertEqual(len(seen["flat"]), 4)
+        self.assertIs(seen["flat"][0], x._local)
+        self.assertIs(seen["flat"][1], mesh)
+        self.assertIs(seen["flat"][2], plain)
+        self.assertEqual(seen["flat"][3], "rng-seed")  # trailing arg passed through
+        self.assertIs(type(out), MeshTensor)
+        self.assertIs(out._local, out_local)
+        self.assertIs(out.mesh, new_mesh, "rebuilt with the object the graph returned")
+
+    def test_nested_and_saved_activations(self):
+        mesh = MeshHandle("n")
+        x = Scaled(MeshTensor(torch.randn(2), mesh), 3.0)
+        fn, seen = self.build([x], [x, torch.randn(2)], num_saved=1)
+        local, plain, saved = torch.randn(2), torch.randn(2), torch.randn(1)
+        seen["outs"] = [local, mesh, plain, saved]
+        out, out_plain, out_saved = fn([x])
+        self.assertEqual(seen["flat"], [x.inner._local, mesh])
+        self.assertIs(type(out), Scaled)
+        self.assertEqual(out.scale, 3.0)
+        self.assertIs(out.inner.mesh, mesh)
+        self.assertIs(out_plain, plain)
+        self.assertIs(out_saved, saved)
+
+    def test_wrong_input_type_is_reported(self):
+        x = MeshTensor(torch.randn(3), MeshHandle())
+        fn, seen = self.build([x], [])
+        seen["outs"] = []
+        with self.assertRaisesRegex(TypeError, "argument 0: expected a MeshTensor .* got a Tensor"):
+            fn([torch.randn(3)])
+
+    def test_wrong_output_count_is_reported(self):
+        x = MeshTensor(torch.randn(3), MeshHandle())
+        fn, seen = self.build([x], [x])
+        seen["outs"] = [torch.randn(3)]
+        with self.assertRaisesRegex(AssertionError, r"returned 1 values, expected 2 \(outputs\)"):
+            fn([x])
+
+
+@unittest.skipIf(MODE != "backport", "the generated wrapper replaces torch 2.11's loop; "
+                 "torch >= 2.13 generates its own (subclass_codegen)")
+class TestGeneratedWrapperSource(TestCase):
+    """What torch.compile actually runs per call on torch 2.11."""
+
+    def generated_sources(self, fn, *args, **compile_kwargs):
+        torch._dynamo.reset()
+        with self.assertLogs(CODEGEN_LOGGER, "DEBUG") as logs:
+            out = torch.compile(fn, backend="aot_eager", fullgraph=True, **compile_kwargs)(*args)
+        return out, "\n".join(r.getMessage() for r in logs.records)
+
+    def test_flat(self):
+        mesh = MeshHandle()
+        out, src = self.generated_sources(lambda x: x.sin() + 1, MeshTensor(torch.randn(4), mesh))
+        self.assertIs(out.mesh, mesh)
+        harness.assertExpectedGraph(self, src, "source")
+
+    def test_nested_with_grad(self):
+        mesh = MeshHandle()
+        x = Scaled(MeshTensor(torch.randn(4), mesh), 2.0).requires_grad_()
+        out, src = self.generated_sources(lambda x: x * 2, x)
+        self.assertIs(out.inner.mesh, mesh)
+        harness.assertExpectedGraph(self, src, "source")
+
+    def test_dynamic_two_dim(self):
+        mesh = MeshHandle()
+        x = MeshTensor(torch.randn(4, 6), mesh)
+        out, src = self.generated_sources(lambda x: x.cos(), x, dynamic=True)
+        self.assertIs(out.mesh, mesh)
+        self.assertEqual(out.shape, (4, 6))
+        harness.assertExpectedGraph(self, src, "source")
+
+
+if __name__ == "__main__":
+    from torch._dynamo.test_case import run_tests
+
+    run_tests()
