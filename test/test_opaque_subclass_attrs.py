@@ -740,8 +740,13 @@ class TestOpaqueSubclassAttrs(TestCase):
             RuntimeError,
             "SizeStore.*tensor attrs.*Only tensors and reference-type opaques "
             "are allowed in tensor attrs",
-        ):
+        ) as ctx:
             opt_fn(x)
+        if MODE != "native":
+            # ours (and the series') go on to say where and what to do
+            msg = str(ctx.exception)
+            for needle in ("ValueInAttrsSubclass._size_store", "flatten context", "typ='reference'"):
+                self.assertIn(needle, msg)
 
     # 13
     def test_multi_reference_opaque_identity(self, device):
@@ -782,6 +787,24 @@ class TestOpaqueSubclassAttrs(TestCase):
         self.assertIs(x2.grad._tag, tag2)
 
         harness.assertExpectedGraphs(self, rec)
+
+    # ours
+    def test_value_type_opaque_in_parametrization_errors(self, device):
+        # case 12 for unwrap_tensor_subclass_parameters (upstream: ValueError)
+        from torch._functorch._aot_autograd.subclass_parametrization import (
+            unwrap_tensor_subclass_parameters,
+        )
+
+        m = torch.nn.Module()
+        m.p = torch.nn.Parameter(ValueInAttrsSubclass(self.rand(device), SizeStore(4)))
+        with self.assertRaisesRegex(
+            ValueError,
+            "'SizeStore' found in tensor attrs of ValueInAttrsSubclass.__tensor_flatten__"
+            r"\(\). Only tensors and reference-type opaques are allowed in tensor attrs",
+        ) as ctx:
+            unwrap_tensor_subclass_parameters(m)
+        if MODE in ("backport", "patched"):  # forced keeps torch's parametrization
+            self.assertIn("ValueInAttrsSubclass._size_store", str(ctx.exception))
 
     # ours
     def test_unregistered_object_in_tensor_attrs_errors(self, device):

@@ -36,7 +36,7 @@ def check_flatten_attr(subclass: Any, attr: str, inner: Any) -> None:
     check_tensor_or_opaque(subclass, attr, inner)
     real_type = type(unwrap_fake_opaque(inner))
     if not is_reference_opaque_type(real_type):
-        raise errors.value_opaque_in_tensor_attrs(real_type, subclass)
+        raise errors.value_opaque_in_tensor_attrs(real_type, subclass, attr)
 
 
 def check_tensor_or_opaque(subclass: Any, attr: str, inner: Any) -> None:

@@ -19,6 +19,7 @@ import torch
 from .._torch_compat import is_opaque_object, is_reference_opaque_type
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
+from ..runtime import errors
 from ..runtime.meta import OpaqueMeta
 from ._versions import ONLY_BACKPORT
 
@@ -100,11 +101,8 @@ def _build_right_inverse(original):
                 val = getattr(tensor, attr)
                 if _is_opaque(val):
                     if not is_reference_opaque_type(type(val)):
-                        raise ValueError(
-                            f"{type(val).__name__!r} found in tensor attrs of "
-                            f"{type(tensor).__name__}.__tensor_flatten__(). "
-                            "Only tensors and reference-type opaques are allowed "
-                            "in tensor attrs."
+                        raise errors.value_opaque_in_tensor_attrs(
+                            type(val), tensor, attr, exc_type=ValueError
                         )
                     attr_to_meta[attr] = OpaqueMeta()
                     plain_tensor_container.append(val)

@@ -10,13 +10,21 @@ def _type_name(obj: Any) -> str:
     return f"{t.__module__}.{t.__qualname__}"
 
 
-def value_opaque_in_tensor_attrs(real_type: type, subclass: Any) -> RuntimeError:
-    # Wording follows upstream (torch >= 2.12) so messages match across
-    # versions; tests assert on it.
-    return RuntimeError(
-        f"{real_type.__name__!r} found in tensor attrs of "
-        f"{type(subclass).__name__}.__tensor_flatten__(). "
-        "Only tensors and reference-type opaques are allowed in tensor attrs."
+def value_opaque_in_tensor_attrs(
+    real_type: type, subclass: Any, attr: str, exc_type: type[Exception] = RuntimeError
+) -> Exception:
+    # The first two sentences are upstream's wording (torch >= 2.12), so
+    # messages match across versions; the rest says where and what to do.
+    sub = type(subclass).__name__
+    name = real_type.__name__
+    return exc_type(
+        f"{name!r} found in tensor attrs of {sub}.__tensor_flatten__(). "
+        "Only tensors and reference-type opaques are allowed in tensor attrs. "
+        f"{sub}.{attr} is a value-type opaque (compared by __eq__ and baked into "
+        "the graph as a constant), so it cannot be a graph input: return it in "
+        "the flatten context (the second value of __tensor_flatten__) instead, "
+        f"or register {name} with typ='reference' if the compiled code must "
+        "take the object at run time."
     )
 
 

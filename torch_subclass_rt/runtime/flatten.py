@@ -48,7 +48,7 @@ def classify_inner_attr(subclass: Any, attr: str, value: Any) -> str:
     if compat.is_opaque_object(value):
         real_type = type(compat.unwrap_fake_opaque(value))
         if not compat.is_reference_opaque_type(real_type):
-            raise errors.value_opaque_in_tensor_attrs(real_type, subclass)
+            raise errors.value_opaque_in_tensor_attrs(real_type, subclass, attr)
         return "opaque"
     raise errors.unregistered_object_in_tensor_attrs(subclass, attr, value)
 
