@@ -6,8 +6,10 @@ of which installs torch_subclass_rt, trains a small MLP on a batch-sharded
 compiled step, and checks every step against the same step in eager mode and
 against a single-process reference on the whole batch (loss, output, input
 and parameter grads). Then it builds a second, fresh process group and
-handle and trains on, checking that nothing recompiles, that outputs and
-grads carry the new handle, and that the collectives ran on the new group.
+mesh and trains on, checking that nothing recompiles, that outputs and
+grads carry the new mesh, and that the collectives ran on the new group.
+The mesh is our ``MeshHandle`` (``--mesh handle``, any torch) or, on
+torch >= 2.12, a ``DeviceMesh`` itself (``--mesh device_mesh``).
 
 A rank that raises makes the run fail promptly with that rank's traceback:
 the parent watches a result queue and the children's exit codes, terminates
@@ -46,6 +48,10 @@ class DemoConfig:
     steps: int = 3  # on the first mesh
     steps_second_mesh: int = 2
     device: str = "cpu"
+    #: what the ShardTensor holds as its mesh: "handle" (our MeshHandle
+    #: around a process group; every torch) or "device_mesh" (a 1-D
+    #: DeviceMesh itself, which torch >= 2.12 registers as an opaque)
+    mesh: str = "handle"
     #: inject an error into this rank's compiled step (None: no failure)
     fail_rank: int | None = None
     fail_step: int = 0
@@ -90,7 +96,7 @@ def _train(rank: int, cfg: DemoConfig) -> dict[str, Any]:
     import torch.distributed as dist
     from torch._dynamo.testing import CompileCounterWithBackend
 
-    from .examples.sharded import MeshHandle, ShardTensor, distribute
+    from .examples.sharded import ShardTensor, collective_calls, distribute, inject_failure
 
     world = cfg.world_size
     dev = torch.device(cfg.device if cfg.device != "cuda" else "cuda:0")
@@ -121,7 +127,7 @@ def _train(rank: int, cfg: DemoConfig) -> dict[str, Any]:
         if dev.type == "cuda":
             torch.cuda.synchronize()
 
-    def run(mesh: MeshHandle, i: int) -> None:
+    def run(mesh: Any, i: int) -> None:
         # the single-process reference, on the whole batch
         xr = xs[i].clone().requires_grad_(True)
         loss_r, y_r = _step(models["ref"], xr, ts[i])
@@ -132,7 +138,7 @@ def _train(rank: int, cfg: DemoConfig) -> dict[str, Any]:
             x = distribute(xs[i], mesh, 0).detach().requires_grad_(True)
             t = distribute(ts[i], mesh, 0)
             if kind == "compiled" and cfg.fail_rank == rank and i == cfg.fail_step:
-                mesh.fail = "injected failure inside the compiled step"
+                inject_failure(mesh, "injected failure inside the compiled step")
             sync()
             t0 = time.perf_counter()
             loss, y = compiled(x, t) if kind == "compiled" else _step(models[kind], x, t)
@@ -167,19 +173,21 @@ def _train(rank: int, cfg: DemoConfig) -> dict[str, Any]:
                     p -= 0.1 * p.grad
                     p.grad = None
 
-    ranks = list(range(world))
-    mesh1 = MeshHandle(dist.new_group(ranks, backend="gloo"), "mesh-1")
+    mesh1 = _new_mesh(cfg, "mesh-1")
     for i in range(cfg.steps):
         run(mesh1, i)
     compiles_first = counter.frame_count
 
-    # a fresh process group and handle: same graph, new runtime object
-    mesh2 = MeshHandle(dist.new_group(ranks, backend="gloo"), "mesh-2")
-    calls1 = mesh1.calls
+    # a fresh process group and mesh: same graph, new runtime object
+    mesh2 = _new_mesh(cfg, "mesh-2")
+    calls1 = collective_calls(mesh1)
     for i in range(cfg.steps, n_steps):
         run(mesh2, i)
-    if mesh1.calls != calls1:
-        raise AssertionError(f"rank {rank}: steps on mesh-2 ran {mesh1.calls - calls1} collective(s) on mesh-1")
+    if collective_calls(mesh1) != calls1:
+        raise AssertionError(
+            f"rank {rank}: steps on mesh-2 ran {collective_calls(mesh1) - calls1} "
+            "collective(s) on mesh-1"
+        )
     if counter.frame_count != 1:
         raise AssertionError(
             f"rank {rank}: {counter.frame_count} compiles for two meshes "
@@ -198,9 +206,32 @@ def _train(rank: int, cfg: DemoConfig) -> dict[str, Any]:
         "eager_ms": per_step(times["eager"]),
         "compiled_ms": per_step(times["compiled"]),
         "first_compiled_s": times["compiled"][0],
-        "mesh2_calls": mesh2.calls,
+        "mesh2_calls": collective_calls(mesh2),
+        "mesh_type": type(mesh1).__name__,
         "caches": _cache_counters(),
     }
+
+
+MESH_KINDS = ("handle", "device_mesh")
+
+
+def _new_mesh(cfg: DemoConfig, name: str) -> Any:
+    """A mesh over a freshly created gloo group of all ranks."""
+    import torch.distributed as dist
+
+    from .examples.sharded import MeshHandle, device_mesh_type
+
+    group = dist.new_group(list(range(cfg.world_size)), backend="gloo")
+    if cfg.mesh == "handle":
+        return MeshHandle(group, name)
+    DeviceMesh = device_mesh_type()
+    if DeviceMesh is None:
+        raise RuntimeError(
+            f"--mesh device_mesh: torch {torch.__version__} does not register DeviceMesh "
+            "as an opaque type (torch >= 2.12 does); use --mesh handle, which wraps "
+            "the process group in a MeshHandle"
+        )
+    return DeviceMesh.from_group(group, cfg.device)
 
 
 def _cache_counters() -> str:
@@ -277,6 +308,17 @@ def run_ranks(cfg: DemoConfig, timeout: float = 300.0) -> list[dict[str, Any]]:
 
     if cfg.mode not in MODES:
         raise ValueError(f"mode {cfg.mode!r}: expected one of {', '.join(MODES)}")
+    if cfg.mesh not in MESH_KINDS:
+        raise ValueError(f"mesh {cfg.mesh!r}: expected one of {', '.join(MESH_KINDS)}")
+    if cfg.mesh == "device_mesh":
+        from .examples.sharded import device_mesh_type
+
+        if device_mesh_type() is None:
+            raise DemoFailure(
+                f"--mesh device_mesh: torch {torch.__version__} does not register "
+                "DeviceMesh as an opaque type (torch >= 2.12 does); use --mesh handle, "
+                "which wraps the process group in a MeshHandle"
+            )
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()
@@ -334,13 +376,14 @@ def format_report(cfg: DemoConfig, results: list[dict[str, Any]]) -> str:
     lines = [
         f"torch {torch.__version__}  {r0['status']}",
         f"backend={cfg.backend} device={cfg.device} world_size={cfg.world_size} "
-        f"steps={cfg.steps} on mesh-1 + {cfg.steps_second_mesh} on a fresh mesh-2",
+        f"steps={cfg.steps} on mesh-1 + {cfg.steps_second_mesh} on a fresh mesh-2 "
+        f"(mesh: {r0['mesh_type']})",
         f"compiles: {', '.join(str(r['compiles']) for r in results)} (per rank; expected 1)",
         f"max |error| vs eager and single-process: {max(r['max_err'] for r in results):.3g}",
         "time per step (fwd+bwd, after warm-up, rank 0): "
         f"eager {r0['eager_ms']:.2f} ms, compiled {r0['compiled_ms']:.2f} ms "
         f"(first compiled step incl. compile {r0['first_compiled_s']:.1f} s)",
-        "mesh-2: outputs and grads carry the new handle; its collectives ran on the new group",
+        "mesh-2: outputs and grads carry the new mesh; its collectives ran on the new group",
         f"compile caches (rank 0): {r0['caches']}",
     ]
     return "\n".join(lines)
@@ -359,11 +402,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--mode", default="auto", choices=MODES, help="install mode in every rank")
     parser.add_argument("--steps", type=int, default=3, help="steps on the first mesh")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument(
+        "--mesh", default="handle", choices=MESH_KINDS,
+        help="the ShardTensor's mesh: our MeshHandle (any torch) or a DeviceMesh (torch >= 2.12)",
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds for the whole run")
 
 
 def run_cli(args) -> int:
-    cfg = DemoConfig(mode=args.mode, backend=args.backend, steps=args.steps, device=args.device)
+    cfg = DemoConfig(
+        mode=args.mode, backend=args.backend, steps=args.steps, device=args.device, mesh=args.mesh
+    )
     t0 = time.perf_counter()
     try:
         results = run_ranks(cfg, timeout=args.timeout)

@@ -1,28 +1,36 @@
 """A real sharded tensor over real process groups.
 
-``MeshHandle`` wraps a ``torch.distributed`` process group (gloo here; any
-``ProcessGroup`` works) in a *reference-type* opaque. On torch 2.11
-``DeviceMesh`` / ``ProcessGroup`` are not opaque types, so the group (and
-optionally a ``DeviceMesh``) travels inside our handle.
-
 ``ShardTensor`` is a wrapper subclass whose ``__tensor_flatten__`` returns
-``["_local", "mesh"]``: the handle is an inner attr, so a compiled function
-takes it as a graph input. One compiled graph serves every process group, the
-collectives in it run on the group of the *call*, and outputs / grads carry
-the caller's handle. The flatten context holds only static metadata: the
-placement (``("shard", dim)`` or ``("replicate",)``) and the world size.
+``["_local", "mesh"]``: the mesh is an inner attr, a reference-type opaque,
+so a compiled function takes it as a graph input. One compiled graph serves
+every mesh, the collectives in it run on the mesh of the *call*, and outputs
+/ grads carry the caller's mesh. The flatten context holds only static
+metadata: the placement (``("shard", dim)`` or ``("replicate",)``) and the
+world size.
 
-Communication is done by custom ops that take the handle as an argument::
+The mesh is one of:
+
+* ``MeshHandle``, our reference opaque around a ``torch.distributed``
+  process group (gloo here; any ``ProcessGroup`` works). On torch 2.11
+  ``DeviceMesh`` / ``ProcessGroup`` are not opaque types, so this is how a
+  2.11 user carries a real group;
+* on torch >= 2.12, a 1-D ``DeviceMesh`` itself, which torch registers as a
+  reference opaque (``device_mesh_type()`` says whether this torch has it).
+
+Communication is done by custom ops that take the mesh as an argument, one
+set per kind of mesh (an op's schema names one opaque type)::
 
     sharded::all_reduce_sum(Tensor x, MeshHandle mesh) -> Tensor
     sharded::all_gather(Tensor x, MeshHandle mesh, int dim, int world_size) -> Tensor
     sharded::local_chunk(Tensor x, MeshHandle mesh, int dim, int world_size) -> Tensor
+    sharded::*_device_mesh(...)   the same, taking a DeviceMesh
 
-Each has a fake impl (shapes only; it never reads the handle, which is a
-``FakeScriptObject`` while tracing) and an autograd formula, assuming, as in
-data parallelism, that whatever is replicated is consumed identically on
-every rank: ``all_reduce_sum``'s backward is the identity, ``all_gather``'s
-is ``local_chunk``, ``local_chunk``'s is ``all_gather``.
+``all_reduce_sum`` / ``all_gather`` / ``local_chunk`` pick the set by the
+mesh's type. Each op has a fake impl (shapes only; it never reads the mesh,
+which is a ``FakeScriptObject`` while tracing) and an autograd formula,
+assuming, as in data parallelism, that whatever is replicated is consumed
+identically on every rank: ``all_reduce_sum``'s backward is the identity,
+``all_gather``'s is ``local_chunk``, ``local_chunk``'s is ``all_gather``.
 
 ``ShardTensor.__torch_dispatch__`` knows the handful of rules an MLP trained
 on a batch-sharded input needs (forward and backward): batch-local ops run on
@@ -36,6 +44,8 @@ not DTensor: static shapes, even sharding, one mesh dimension.
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from typing import Any
 
 import torch
@@ -50,6 +60,9 @@ __all__ = [
     "all_gather",
     "local_chunk",
     "distribute",
+    "device_mesh_type",
+    "collective_calls",
+    "inject_failure",
 ]
 
 Placement = tuple  # ("shard", dim) | ("replicate",)
@@ -60,17 +73,12 @@ class MeshHandle(_torch_compat.opaque_base()):  # type: ignore[misc]
 
     Compared by identity: two handles over equal groups are different
     meshes, and a compiled graph is called with whichever one the inputs
-    carry. ``fail`` injects an error into the next collective on this handle
-    (used to show that a rank failing inside a compiled step fails the run).
+    carry.
     """
 
-    def __init__(self, group: Any, name: str = "mesh", device_mesh: Any = None) -> None:
+    def __init__(self, group: Any, name: str = "mesh") -> None:
         self.group = group
         self.name = name
-        self.device_mesh = device_mesh
-        self.fail: str | None = None
-        #: collectives run on this handle (proves which handle a graph used)
-        self.calls = 0
 
     @property
     def rank(self) -> int:
@@ -79,11 +87,6 @@ class MeshHandle(_torch_compat.opaque_base()):  # type: ignore[misc]
     @property
     def size(self) -> int:
         return self.group.size()
-
-    def _enter_collective(self) -> None:
-        self.calls += 1
-        if self.fail is not None:
-            raise RuntimeError(f"rank {self.rank} ({self.name}): {self.fail}")
 
     def __repr__(self) -> str:
         return f"MeshHandle({self.name!r})"
@@ -113,51 +116,113 @@ if not _torch_compat.is_registered_opaque_type(MeshHandle):
 
 
 # --------------------------------------------------------------------------
-# collectives as custom ops (the handle is an argument; annotating with the
-# class works on 2.11 and 2.13: infer_schema maps registered opaque types to
-# their registered name, the same name get_opaque_type_name(MeshHandle) gives)
+# the kinds of mesh a ShardTensor can hold
 
 
-@torch.library.custom_op("sharded::all_reduce_sum", mutates_args=())
-def all_reduce_sum(x: torch.Tensor, mesh: MeshHandle) -> torch.Tensor:
-    mesh._enter_collective()
+def device_mesh_type() -> type | None:
+    """``DeviceMesh`` where torch registers it as a reference opaque
+    (torch >= 2.12; importing ``torch.distributed.tensor`` registers it),
+    else ``None``."""
+    if not _torch_compat.has_native_support() or not torch.distributed.is_available():
+        return None
+    importlib.import_module("torch.distributed.tensor")  # registers DeviceMesh
+    from torch.distributed.device_mesh import DeviceMesh
+
+    if not _torch_compat.is_reference_opaque_type(DeviceMesh):
+        return None
+    return DeviceMesh
+
+
+def _is_device_mesh(mesh: Any) -> bool:
+    return not isinstance(mesh, MeshHandle)
+
+
+def mesh_group(mesh: Any) -> Any:
+    """The process group a 1-D mesh (a MeshHandle or a DeviceMesh) runs on."""
+    return mesh.get_group() if _is_device_mesh(mesh) else mesh.group
+
+
+def mesh_rank(mesh: Any) -> int:
+    return mesh.get_local_rank() if _is_device_mesh(mesh) else mesh.rank
+
+
+def mesh_size(mesh: Any) -> int:
+    return mesh.size() if _is_device_mesh(mesh) else mesh.size
+
+
+def mesh_name(mesh: Any) -> str:
+    return mesh.name if isinstance(mesh, MeshHandle) else repr(mesh)
+
+
+# Per real mesh object (by identity: two DeviceMeshes over the same ranks
+# compare equal): how many collectives ran on it, and an injected failure.
+_calls: dict[int, int] = {}
+_failures: dict[int, str] = {}
+
+
+def collective_calls(mesh: Any) -> int:
+    """Collectives run so far on this very mesh (proves which mesh a
+    compiled graph used)."""
+    return _calls.get(id(mesh), 0)
+
+
+def inject_failure(mesh: Any, message: str | None) -> None:
+    """Make the next collectives on ``mesh`` raise (``None``: stop)."""
+    if message is None:
+        _failures.pop(id(mesh), None)
+    else:
+        _failures[id(mesh)] = message
+
+
+def _enter_collective(mesh: Any) -> None:
+    _calls[id(mesh)] = _calls.get(id(mesh), 0) + 1
+    failure = _failures.get(id(mesh))
+    if failure is not None:
+        raise RuntimeError(f"rank {mesh_rank(mesh)} ({mesh_name(mesh)}): {failure}")
+
+
+# --------------------------------------------------------------------------
+# collectives as custom ops taking the mesh as an argument, one set per kind
+# of mesh (an op's schema names one opaque type):
+#
+# (see the module docstring). Annotating with the class works on 2.11 and
+# 2.13: infer_schema maps registered opaque types to their registered name.
+
+
+def _all_reduce_sum_impl(x, mesh):
+    _enter_collective(mesh)
     out = x.clone(memory_format=torch.contiguous_format)
-    mesh.group.allreduce([out]).wait()
+    mesh_group(mesh).allreduce([out]).wait()
     return out
 
 
-@all_reduce_sum.register_fake
-def _(x, mesh):
+def _all_reduce_sum_fake(x, mesh):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op("sharded::all_gather", mutates_args=())
-def all_gather(x: torch.Tensor, mesh: MeshHandle, dim: int, world_size: int) -> torch.Tensor:
-    mesh._enter_collective()
+def _all_gather_impl(x, mesh, dim, world_size):
+    _enter_collective(mesh)
     x = x.contiguous()
     parts = [torch.empty_like(x) for _ in range(world_size)]
     # (world size 1: the result is parts[0] copied by cat, never x itself)
-    mesh.group.allgather([parts], [x]).wait()
+    mesh_group(mesh).allgather([parts], [x]).wait()
     return torch.cat(parts, dim)
 
 
-@all_gather.register_fake
-def _(x, mesh, dim, world_size):
+def _all_gather_fake(x, mesh, dim, world_size):
     size = list(x.shape)
     size[dim] = size[dim] * world_size
     return x.new_empty(size)
 
 
-@torch.library.custom_op("sharded::local_chunk", mutates_args=())
-def local_chunk(x: torch.Tensor, mesh: MeshHandle, dim: int, world_size: int) -> torch.Tensor:
-    """This rank's piece of a replicated tensor (no communication; the rank
-    is read off the runtime handle, never baked into a graph)."""
-    mesh._enter_collective()
-    return x.chunk(world_size, dim)[mesh.rank].clone(memory_format=torch.contiguous_format)
+def _local_chunk_impl(x, mesh, dim, world_size):
+    # This rank's piece of a replicated tensor (no communication; the rank is
+    # read off the runtime mesh, never baked into a graph).
+    _enter_collective(mesh)
+    return x.chunk(world_size, dim)[mesh_rank(mesh)].clone(memory_format=torch.contiguous_format)
 
 
-@local_chunk.register_fake
-def _(x, mesh, dim, world_size):
+def _local_chunk_fake(x, mesh, dim, world_size):
     size = list(x.shape)
     size[dim] = size[dim] // world_size
     return x.new_empty(size)
@@ -188,10 +253,72 @@ def _local_chunk_bwd(ctx, grad):
     return all_gather(grad, ctx.mesh, *ctx.extra), None, None, None
 
 
-all_reduce_sum.register_autograd(_all_reduce_sum_bwd, setup_context=_setup_mesh_ctx)
-all_gather.register_autograd(_all_gather_bwd, setup_context=_setup_mesh_ctx)
-local_chunk.register_autograd(_local_chunk_bwd, setup_context=_setup_mesh_ctx)
+_OP_SPECS = {
+    # name: (impl, fake, backward, extra int args)
+    "all_reduce_sum": (_all_reduce_sum_impl, _all_reduce_sum_fake, _all_reduce_sum_bwd, ()),
+    "all_gather": (_all_gather_impl, _all_gather_fake, _all_gather_bwd, ("dim", "world_size")),
+    "local_chunk": (_local_chunk_impl, _local_chunk_fake, _local_chunk_bwd, ("dim", "world_size")),
+}
 
+
+def _define_collectives(mesh_type: type, suffix: str) -> dict[str, Any]:
+    ops = {}
+    for name, (impl, fake, bwd, ints) in _OP_SPECS.items():
+
+        def op_fn(*args, _impl=impl):
+            return _impl(*args)
+
+        # the schema comes from these (real classes, not strings)
+        op_fn.__signature__ = inspect.Signature(
+            [
+                inspect.Parameter("x", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor),
+                inspect.Parameter("mesh", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=mesh_type),
+                *(
+                    inspect.Parameter(i, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=int)
+                    for i in ints
+                ),
+            ],
+            return_annotation=torch.Tensor,
+        )
+        op = torch.library.custom_op(f"sharded::{name}{suffix}", mutates_args=())(op_fn)
+        op.register_fake(fake)
+        op.register_autograd(bwd, setup_context=_setup_mesh_ctx)
+        ops[name] = op
+    return ops
+
+
+_COLLECTIVES: dict[type, dict[str, Any]] = {MeshHandle: _define_collectives(MeshHandle, "")}
+if device_mesh_type() is not None:
+    _COLLECTIVES[device_mesh_type()] = _define_collectives(device_mesh_type(), "_device_mesh")
+
+
+def _collectives_for(mesh: Any) -> dict[str, Any]:
+    # while tracing, the mesh is a FakeScriptObject of the real one
+    real_type = type(_torch_compat.unwrap_fake_opaque(mesh))
+    for cls in real_type.__mro__:
+        ops = _COLLECTIVES.get(cls)
+        if ops is not None:
+            return ops
+    raise TypeError(
+        f"ShardTensor: a mesh must be a MeshHandle"
+        f"{' or a DeviceMesh' if device_mesh_type() is not None else ''}, got a "
+        f"{real_type.__qualname__}"
+    )
+
+
+def all_reduce_sum(x: torch.Tensor, mesh: Any) -> torch.Tensor:
+    """Sum of ``x`` over the ranks of ``mesh`` (differentiable)."""
+    return _collectives_for(mesh)["all_reduce_sum"](x, mesh)
+
+
+def all_gather(x: torch.Tensor, mesh: Any, dim: int, world_size: int) -> torch.Tensor:
+    """The ranks' ``x`` concatenated along ``dim`` (differentiable)."""
+    return _collectives_for(mesh)["all_gather"](x, mesh, dim, world_size)
+
+
+def local_chunk(x: torch.Tensor, mesh: Any, dim: int, world_size: int) -> torch.Tensor:
+    """This rank's piece of a replicated ``x`` along ``dim`` (differentiable)."""
+    return _collectives_for(mesh)["local_chunk"](x, mesh, dim, world_size)
 
 # --------------------------------------------------------------------------
 # the subclass
@@ -219,7 +346,7 @@ class ShardTensor(torch.Tensor):
     """
 
     _local: torch.Tensor
-    mesh: MeshHandle
+    mesh: Any  # MeshHandle, or DeviceMesh on torch >= 2.12
     placement: Placement
     world_size: int
 
@@ -298,10 +425,10 @@ class _ToLocal(torch.autograd.Function):
         return cls(grad, *meta)
 
 
-def distribute(tensor: torch.Tensor, mesh: MeshHandle, dim: int | None = 0) -> ShardTensor:
+def distribute(tensor: torch.Tensor, mesh: Any, dim: int | None = 0) -> ShardTensor:
     """Shard a tensor every rank holds in full along ``dim`` (``None``:
     replicate it)."""
-    world = mesh.size
+    world = mesh_size(mesh)
     if dim is None:
         return ShardTensor(tensor, mesh, ("replicate",), world)
     local = local_chunk(tensor, mesh, dim, world)
@@ -501,5 +628,7 @@ _RULES = {
     aten._unsafe_view.default: _view,
     aten.reshape.default: _view,
     aten.expand.default: _expand,
-    torch.ops.sharded.all_gather.default: _all_gather_rule,
 }
+for _ops in _COLLECTIVES.values():
+    _RULES[_ops["all_gather"]._opoverload] = _all_gather_rule
+
