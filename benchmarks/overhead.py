@@ -6,9 +6,14 @@ a plain tensor of the same shape. The ratio is what the subclass path (Dynamo
 guards on the subclass, runtime unwrap, rebuilding the output subclass with
 the runtime opaque) costs on top of the plain path.
 
-    python benchmarks/overhead.py [--mode native|backport|forced] [--calls N]
+    python benchmarks/overhead.py [--mode native|backport|forced|stock]
+                                  [--subclass mesh|two_tensor] [--calls N]
 
-The mode defaults to backport on torch 2.11 and native on torch >= 2.12.
+The mode defaults to backport on torch 2.11 and native on torch >= 2.12;
+``stock`` leaves torch as it is (on 2.11 only ``--subclass two_tensor``
+compiles then: a subclass without opaque attrs, torch's ``TwoTensor``, which
+shows what the per-call path costs an ordinary subclass before and after
+``install()``).
 """
 
 from __future__ import annotations
@@ -40,15 +45,15 @@ def _per_call_us(fn, arg, calls: int, repeats: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", choices=["native", "backport", "forced"])
+    parser.add_argument("--mode", choices=["native", "backport", "forced", "stock"])
+    parser.add_argument("--subclass", choices=["mesh", "two_tensor"], default="mesh")
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
 
     mode = args.mode or ("native" if tsrt._torch_compat.has_native_support() else "backport")
-    if mode != "native":
+    if mode in ("backport", "forced"):
         tsrt.install(force=(mode == "forced"))
-    from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
 
     torch.set_num_threads(1)
 
@@ -58,9 +63,17 @@ def main() -> int:
     compiled_sub = torch.compile(f, backend="aot_eager", fullgraph=True)
     compiled_plain = torch.compile(f, backend="aot_eager", fullgraph=True)
     local = torch.randn(8)
-    sub = MeshTensor(local, MeshHandle("bench"))
-    out = compiled_sub(sub)
-    assert type(out) is MeshTensor and out.mesh is sub.mesh
+    if args.subclass == "mesh":
+        from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
+
+        sub = MeshTensor(local, MeshHandle("bench"))
+        out = compiled_sub(sub)
+        assert type(out) is MeshTensor and out.mesh is sub.mesh
+    else:
+        from torch.testing._internal.two_tensor import TwoTensor
+
+        sub = TwoTensor(local, torch.randn(8))
+        assert type(compiled_sub(sub)) is TwoTensor
     compiled_plain(local)
 
     # Interleave the two measurements so drift hits both alike.
@@ -70,7 +83,7 @@ def main() -> int:
         plain_us.append(_per_call_us(compiled_plain, local, args.calls, args.repeats))
     s, p = min(sub_us), min(plain_us)
     print(
-        f"torch {tsrt.torch_version()} mode={mode}: subclass+opaque {s:.1f} us/call, "
+        f"torch {tsrt.torch_version()} mode={mode}: {args.subclass} {s:.1f} us/call, "
         f"plain {p:.1f} us/call, ratio {s / p:.2f}"
     )
     return 0
