@@ -27,6 +27,8 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch._dynamo.testing import CompileCounterWithBackend  # noqa: E402
 
+import torch_subclass_rt as tsrt  # noqa: E402
+
 from torch_subclass_rt.demo import (  # noqa: E402
     DemoConfig,
     DemoFailure,
@@ -163,3 +165,26 @@ def _compiles_for_two_meshes(cls) -> int:
 def test_mesh_in_context_recompiles_per_mesh_opaque_attr_compiles_once():
     assert _compiles_for_two_meshes(ShardTensorMeshInContext) == 2
     assert _compiles_for_two_meshes(ShardTensor) == 1
+
+
+class OtherMeshHandle(MeshHandle):
+    """Another mesh type (as a DeviceMesh is to a MeshHandle)."""
+
+
+tsrt.register_opaque(OtherMeshHandle, typ="reference")
+
+
+def test_cache_key_names_the_mesh_type_not_the_mesh():
+    # AOTAutogradCache keys a subclass input by _stable_hash_for_caching:
+    # a new mesh of the same type must hit (one graph serves every mesh),
+    # another mesh type must not (its collectives are other ops)
+    local = torch.randn(4, 8)
+
+    def key(mesh):
+        return ShardTensor(local, mesh, ("shard", 0), 1)._stable_hash_for_caching()
+
+    a, b = _gloo_mesh("a"), _gloo_mesh("b")
+    other = OtherMeshHandle(a.group, "other")
+    assert key(a) == key(b)
+    assert key(a) != key(other)
+    assert "OtherMeshHandle" in key(other)

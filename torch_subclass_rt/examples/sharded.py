@@ -386,11 +386,16 @@ class ShardTensor(torch.Tensor):
         return ShardTensor(inner["_local"], inner["mesh"], placement, world_size, outer_size, outer_stride)
 
     def _stable_hash_for_caching(self) -> str:
-        # AOTAutograd cache key (torch >= 2.12). The mesh is left out: it is a
-        # runtime input; which handle a call brings never changes the graph.
+        # AOTAutograd cache key (torch >= 2.12). The mesh object is left out:
+        # it is a runtime input, and which one a call brings never changes the
+        # graph. Its *type* is in: the collectives traced into the graph are
+        # ops of that mesh type (a MeshHandle graph and a DeviceMesh graph
+        # have the same Dynamo graph, and would share a cache entry otherwise).
+        mesh_type = type(_torch_compat.unwrap_fake_opaque(self.mesh))
         return repr(
             (
-                type(self).__qualname__, self.placement, self.world_size,
+                type(self).__qualname__, f"{mesh_type.__module__}.{mesh_type.__qualname__}",
+                self.placement, self.world_size,
                 tuple(self.shape), self.stride(), str(self.dtype), str(self.device),
                 self.requires_grad, tuple(self._local.shape), self._local.stride(),
             )
