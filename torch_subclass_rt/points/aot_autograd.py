@@ -3,14 +3,15 @@
 Backport (2.11): torch has no OpaqueMeta and its subclass utilities assume
 every inner attr is a tensor. Forced (2.13): the same functions exist with
 native opaque support; we replace them with ours so the whole suite runs
-against our implementation.
+against our implementation. The ``OpaqueMeta`` marker itself is torch's own
+class there (see ``runtime/meta.py``), so nothing needs replacing for it.
 """
 
 from __future__ import annotations
 
 from ..patching.registry import PatchPoint
 from ..runtime import call_wrapper, flatten, meta, tangents, wrap
-from ._versions import ONLY_BACKPORT, ONLY_FORCED, RUNTIME
+from ._versions import ONLY_BACKPORT, RUNTIME
 
 _AOT = "torch._functorch._aot_autograd"
 _SU = f"{_AOT}.subclass_utils"
@@ -40,20 +41,6 @@ POINTS = [
         reason="2.12 re-exports OpaqueMeta from torch._functorch.aot_autograd",
         new_attribute=True,
         **ONLY_BACKPORT,
-    ),
-    PatchPoint(
-        name="aot.OpaqueMeta.forced",
-        target=f"{_AOT}.schemas:OpaqueMeta",
-        build=_ours(meta.OpaqueMeta),
-        reason="native codegen/parametrization must recognise our OpaqueMeta",
-        rebinds=(
-            "torch._functorch.aot_autograd",
-            f"{_AOT}.runtime_wrappers",
-            f"{_AOT}.subclass_codegen",
-            f"{_AOT}.subclass_parametrization",
-            _SU,
-        ),
-        **ONLY_FORCED,
     ),
     PatchPoint(
         name="aot.SubclassCreationMeta.creation_fn",

@@ -1,0 +1,116 @@
+"""AOTAutogradCache entries are shared between native torch and forced mode.
+
+On torch >= 2.12 the cache key of a compiled graph does not depend on
+whether ``install(force=True)`` replaced the subclass runtime (the graphs
+are the same; the dump suites prove it), so an entry one mode saved is
+loaded by the other. It must then work: the pickled subclass metadata has
+to mean the same thing to both (the ``OpaqueMeta`` marker is torch's own
+class; see runtime/meta.py). With a marker class of our own, native torch
+loaded a forced-mode entry with the opaque slots dropped and called the
+compiled graph with too few inputs.
+
+Each direction runs two fresh processes over one cache directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+import harness
+
+MODE = harness.setup_mode()
+
+import torch_subclass_rt._torch_compat as compat  # noqa: E402
+
+# One process: compile a training step on a MeshTensor with Inductor (the
+# backend the AOTAutogradCache serves), run it with a new mesh, report.
+_CHILD = r"""
+import json, sys
+import torch
+import torch_subclass_rt as tsrt
+
+mode = sys.argv[1]
+if mode == "forced":
+    tsrt.install(force=True)
+from torch._dynamo.utils import counters
+from torch._functorch import config as functorch_config
+from torch._inductor import config as inductor_config
+from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
+
+def f(x):
+    return (x.sin() * 2).cos()
+
+torch.manual_seed(0)
+local = torch.randn(6)
+with functorch_config.patch(enable_autograd_cache=True), inductor_config.patch(
+    {"fx_graph_cache": True, "fx_graph_remote_cache": False}
+):
+    mesh = MeshHandle("runtime")
+    x = MeshTensor(local.clone().requires_grad_(), mesh)
+    out = torch.compile(f, backend="inductor", fullgraph=True)(x)
+    out.sum().backward()
+ref_local = local.clone().requires_grad_()
+ref = f(ref_local)
+ref.sum().backward()
+print(json.dumps({
+    "status": repr(tsrt.status()),
+    "out_mesh_is_runtime": out.mesh is mesh,
+    "grad_mesh_is_runtime": x.grad.mesh is mesh,
+    "out_ok": torch.allclose(out._local, ref),
+    "grad_ok": torch.allclose(x.grad._local, ref_local.grad),
+    "cache": {k: v for k, v in counters["aot_autograd"].items() if "cache" in k},
+}))
+"""
+
+
+def _run(mode: str, cache_dir: str) -> dict:
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir)
+    env.pop("TSRT_MODE", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, mode],
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"{mode} process failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@unittest.skipUnless(
+    compat.torch_version() in compat.FORCED_VERSIONS,
+    f"forced mode exists on torch {', '.join(compat.FORCED_VERSIONS)} only",
+)
+@unittest.skipIf(
+    MODE == "forced",
+    "the test starts its own native and forced processes; the native run covers it",
+)
+class TestCacheAcrossModes(unittest.TestCase):
+    def check_pair(self, first: str, second: str) -> None:
+        with tempfile.TemporaryDirectory() as cache_dir:
+            saved = _run(first, cache_dir)
+            loaded = _run(second, cache_dir)
+        self.assertEqual(saved["cache"].get("autograd_cache_saved"), 1, saved)
+        self.assertEqual(loaded["cache"].get("autograd_cache_hit"), 1, loaded)
+        self.assertIn(f"mode={'forced' if second == 'forced' else 'off'!r}", loaded["status"])
+        for result in (saved, loaded):
+            for check in ("out_mesh_is_runtime", "grad_mesh_is_runtime", "out_ok", "grad_ok"):
+                self.assertTrue(result[check], (check, result))
+
+    def test_forced_entry_loaded_natively(self):
+        self.check_pair("forced", "native")
+
+    def test_native_entry_loaded_forced(self):
+        self.check_pair("native", "forced")
+
+
+if __name__ == "__main__":
+    unittest.main()
