@@ -129,6 +129,37 @@ class TestInstall(InstallTestCase):
         self.assertSlotsHold(before, "after a second uninstall")
 
     @needs_patching_torch
+    def test_code_compiled_while_installed_never_runs_after_uninstall(self):
+        from torch._dynamo.testing import CompileCounterWithBackend
+
+        from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
+
+        _install_patching()
+        cnt = CompileCounterWithBackend("aot_eager")
+        f = torch.compile(lambda x: x.sin() + 1, backend=cnt, fullgraph=True)
+        x = MeshTensor(torch.randn(4, requires_grad=True), MeshHandle("a"))
+        f(x).sum().backward()
+        self.assertEqual(cnt.frame_count, 1)
+        tsrt.uninstall()
+
+        x2 = MeshTensor(torch.randn(4, requires_grad=True), MeshHandle("b"))
+        if PATCH_MODE == "backport":
+            # reset by uninstall(): the call recompiles on stock 2.11, which
+            # cannot trace opaque attrs, instead of running the installed
+            # runtime's graph and failing in its backward
+            with self.assertRaisesRegex(Exception, "'MeshHandle' object has no attribute 'is_nested'"):
+                f(x2)
+            self.assertEqual(cnt.frame_count, 1)
+        else:
+            # forced: the metadata is torch's own; the compiled graph runs on
+            out = f(x2)
+            out.sum().backward()
+            self.assertIs(out.mesh, x2.mesh)
+            self.assertIs(x2.grad.mesh, x2.mesh)
+            self.assertEqual(cnt.frame_count, 1)
+        torch._dynamo.reset()
+
+    @needs_patching_torch
     def test_install_uninstall_cycles(self):
         points = registry.select(all_points(), VERSION, PATCH_MODE)
         before = _slots_of(points)

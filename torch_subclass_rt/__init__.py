@@ -118,12 +118,26 @@ def install(force: bool = False) -> Status:
 
 
 def uninstall() -> Status:
-    """Restore every object install() replaced (the very same objects)."""
+    """Restore every object install() replaced (the very same objects).
+
+    After a backport install this also resets Dynamo (``torch._dynamo.reset()``):
+    code compiled while installed holds subclass metadata that only our
+    runtime can read (torch 2.11 has no ``OpaqueMeta``), so it must not run
+    afterwards; functions recompile on their next call. (Forced mode's
+    metadata is torch's own, so nothing is reset there.) A backward still
+    pending on an output computed while installed cannot run after
+    ``uninstall()``.
+    """
     global _journal, _mode
     with _lock:
         if _journal is not None:
+            was = _mode
             problems = _journal.revert()
             _journal = None
+            if was == "backport":
+                import torch._dynamo
+
+                torch._dynamo.reset()
             if problems:
                 _mode = "off"
                 raise registry.PatchError(
