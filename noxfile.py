@@ -20,10 +20,20 @@ nox.options.reuse_existing_virtualenvs = True
 PYTEST = ["python", "-m", "pytest", "test", "-q", "-p", "no:cacheprovider", "-rs"]
 
 
-def _run_suite(session: nox.Session, mode: str, dump_dir: str) -> None:
+def _run_suite(session: nox.Session, mode: str, dump_dir: str, env: dict[str, str]) -> None:
     shutil.rmtree(dump_dir, ignore_errors=True)
     session.log(f"suite in mode {mode}")
-    session.run(*PYTEST, env={"TSRT_MODE": mode, "TSRT_DUMP_DIR": dump_dir})
+    session.run(*PYTEST, env={**env, "TSRT_MODE": mode, "TSRT_DUMP_DIR": dump_dir})
+
+
+def _fresh_inductor_cache(session: nox.Session) -> dict[str, str]:
+    """An empty Inductor/AOTAutograd cache directory for this run: results
+    must not depend on entries an earlier run (of older code) left in the
+    machine-wide default. Both modes of one torch share it, as they would on
+    a user's machine (test/test_cache_across_modes.py)."""
+    cache = os.path.join(session.create_tmp(), "inductor-cache")
+    shutil.rmtree(cache, ignore_errors=True)
+    return {"TORCHINDUCTOR_CACHE_DIR": cache}
 
 
 @nox.session
@@ -33,14 +43,15 @@ def tests(session: nox.Session, torch: str) -> None:
     session.install("-e", ".[test]")
     session.run("python", "-m", "torch_subclass_rt", "status", "--install")
     dumps = os.path.join(session.create_tmp(), "dumps")
+    env = _fresh_inductor_cache(session)
     if torch == "2.11.0":
-        _run_suite(session, "backport", os.path.join(dumps, "backport"))
+        _run_suite(session, "backport", os.path.join(dumps, "backport"), env)
         # the same change as a git-am series: applies to v2.11.0, the suite
         # passes on the patched torch without this package, dumps identical
-        session.run("python", "tools/verify_patches.py", "--base", "v2.11.0")
+        session.run("python", "tools/verify_patches.py", "--base", "v2.11.0", env=env)
     else:
-        _run_suite(session, "native", os.path.join(dumps, "native"))
-        _run_suite(session, "forced", os.path.join(dumps, "forced"))
+        _run_suite(session, "native", os.path.join(dumps, "native"), env)
+        _run_suite(session, "forced", os.path.join(dumps, "forced"), env)
         # Both runs already matched the same expected files; this also
         # catches a dump that one mode produced and the other did not.
         session.run(

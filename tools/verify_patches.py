@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end parity check: the in-tree patch series vs. the backport.
 
-    /work/venvs/t211/bin/python tools/verify_patches.py --base v2.11.0 \\
+    .nox/tests-torch-2-11-0/bin/python tools/verify_patches.py --base v2.11.0 \\
         [--patches-dir DIR] [--keep DIR] [--skip-backport-run]
 
 Run it with the Python of an environment holding the torch the series is
@@ -196,7 +196,7 @@ def verify(base: str, patches_dir: Path | None, work: Path, skip_backport: bool 
     if installed != version:
         raise ToolError(
             f"--base {base} needs torch {version}, but {sys.executable} has torch {installed} "
-            f"(run with the Python of a torch {version} environment, e.g. /work/venvs/t211/bin/python)"
+            f"(run with the Python of a torch {version} environment, e.g. .nox/tests-torch-2-11-0/bin/python after `python3 -m nox --install-only`)"
         )
     failures: list[str] = []
 

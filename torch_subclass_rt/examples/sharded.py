@@ -44,6 +44,7 @@ not DTensor: static shapes, even sharding, one mesh dimension.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from typing import Any
@@ -119,6 +120,7 @@ if not _torch_compat.is_registered_opaque_type(MeshHandle):
 # the kinds of mesh a ShardTensor can hold
 
 
+@functools.cache
 def device_mesh_type() -> type | None:
     """``DeviceMesh`` where torch registers it as a reference opaque
     (torch >= 2.12; importing ``torch.distributed.tensor`` registers it),
