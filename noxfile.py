@@ -31,7 +31,8 @@ def _fresh_inductor_cache(session: nox.Session) -> dict[str, str]:
     must not depend on entries an earlier run (of older code) left in the
     machine-wide default. Both modes of one torch share it, as they would on
     a user's machine (test/test_cache_across_modes.py)."""
-    cache = os.path.join(session.create_tmp(), "inductor-cache")
+    # absolute: Inductor runs the C++ compiler from another working directory
+    cache = os.path.abspath(os.path.join(session.create_tmp(), "inductor-cache"))
     shutil.rmtree(cache, ignore_errors=True)
     return {"TORCHINDUCTOR_CACHE_DIR": cache}
 
