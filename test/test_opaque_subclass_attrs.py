@@ -2,9 +2,10 @@
 ``__tensor_flatten__`` under torch.compile (upstream PyTorch PR 176457).
 
 The thirteen upstream cases (same method names as upstream's
-test/test_opaque_obj_v2.py; every upstream assertion kept) plus two of ours,
-each also checking the graphs it traces against test/expected/ (see
-harness.py). Runs in the mode named by TSRT_MODE (native / backport / forced).
+test/test_opaque_obj_v2.py; every upstream assertion kept), each also
+checking the graphs it traces against test/expected/ (see harness.py), plus
+three of ours (marked "# ours": the value-type error through parametrization,
+the unregistered-object error, the stale-constant canary). Runs in the mode named by TSRT_MODE (native / backport / forced).
 """
 
 from __future__ import annotations
