@@ -3,6 +3,10 @@
   nox -s "tests(torch='2.11.0')"   torch 2.11.0 + install()            (backport)
   nox -s "tests(torch='2.13.0')"   torch 2.13.0 native, then install(force=True),
                                    then a byte-for-byte diff of the two runs' graph dumps
+  nox -s "tests(torch='2.14.1')"   torch 2.14.1 native: the renamed opaque API
+                                   (CustomClassBase, register_custom_class) behind
+                                   tsrt.OpaqueBase / tsrt.register_opaque, and 2.14's
+                                   graph printing (test/expected/v2.14/)
 
 Each torch version gets its own virtualenv under .nox/ (reused with -r).
 """
@@ -38,7 +42,7 @@ def _fresh_inductor_cache(session: nox.Session) -> dict[str, str]:
 
 
 @nox.session
-@nox.parametrize("torch", ["2.11.0", "2.13.0"])
+@nox.parametrize("torch", ["2.11.0", "2.13.0", "2.14.1"])
 def tests(session: nox.Session, torch: str) -> None:
     session.install(f"torch=={torch}")
     session.install("-e", ".[test]")
@@ -50,6 +54,8 @@ def tests(session: nox.Session, torch: str) -> None:
         # the same change as a git-am series: applies to v2.11.0, the suite
         # passes on the patched torch without this package, dumps identical
         session.run("python", "tools/verify_patches.py", "--base", "v2.11.0", env=env)
+    elif torch == "2.14.1":
+        _run_suite(session, "native", os.path.join(dumps, "native"), env)
     else:
         _run_suite(session, "native", os.path.join(dumps, "native"), env)
         _run_suite(session, "forced", os.path.join(dumps, "forced"), env)
