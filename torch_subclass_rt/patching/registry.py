@@ -55,6 +55,12 @@ class PatchPoint:
     rebinds: tuple[str, ...] = ()
     #: the attribute does not exist on these versions and is added
     new_attribute: bool = False
+    #: pytest node ids ("test/test_x.py::TestX::test_y") of the tests that
+    #: fail when this point alone is left out (tools/ablate_points.py checks)
+    guarded_by: tuple[str, ...] = ()
+    #: non-empty for a point that changes no behaviour, only speed: the
+    #: benchmark figure it is worth (such a point stays out of the series)
+    speed_only: str = ""
 
     def __post_init__(self) -> None:
         if not self.modes <= MODES:
