@@ -1,6 +1,7 @@
 """Test matrix: one nox session per torch configuration.
 
-  nox -s "tests(torch='2.11.0')"   torch 2.11.0 + install()            (backport)
+  nox -s "tests(torch='2.11.0')"   torch 2.11.0 + install()            (backport), then
+                                   tools/ablate_points.py and the patch series check
   nox -s "tests(torch='2.13.0')"   torch 2.13.0 native, then install(force=True),
                                    then a byte-for-byte diff of the two runs' graph dumps
   nox -s "tests(torch='2.14.1')"   torch 2.14.1 native: the renamed opaque API
@@ -51,6 +52,8 @@ def tests(session: nox.Session, torch: str) -> None:
     env = _fresh_inductor_cache(session)
     if torch == "2.11.0":
         _run_suite(session, "backport", os.path.join(dumps, "backport"), env)
+        # each patch point, left out alone, fails the tests in its guarded_by
+        session.run("python", "tools/ablate_points.py", "--mode", "backport", env=env)
         # the same change as a git-am series: applies to v2.11.0, the suite
         # passes on the patched torch without this package, dumps identical
         session.run("python", "tools/verify_patches.py", "--base", "v2.11.0", env=env)

@@ -24,7 +24,7 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tools import _common, apply_patches, make_checkout  # noqa: E402
+from tools import _common, ablate_points, apply_patches, make_checkout  # noqa: E402
 
 TORCH_VERSION = _common.normalize_version(torch.__version__)
 SERIES_VERSION = "2.11.0"
@@ -259,6 +259,152 @@ class TestVerifyPatches(ToolTestCase):
         self.assertNotEqual(proc.returncode, 0, proc.stdout)
         self.assertIn("FAILED: verify_patches", proc.stderr)
         self.assertIn("suite in patched mode failed", proc.stderr)
+
+
+def _point(name: str, *tests: str, speed_only: str = ""):
+    from torch_subclass_rt.patching.registry import PatchPoint
+
+    return PatchPoint(
+        name=name, target=f"fake.module:{name.replace('.', '_')}", build=lambda o: o,
+        versions=frozenset({"9.9.0"}), modes=frozenset({"backport"}), reason="test",
+        guarded_by=tests, speed_only=speed_only,
+    )
+
+
+class FakeRunner:
+    """run(excluded, tests): each test's outcome by the points left out.
+    ``fails_without[test]`` = the point names whose absence makes it fail."""
+
+    def __init__(self, fails_without, skipped=(), missing=()):
+        self.fails_without = fails_without
+        self.skipped, self.missing = set(skipped), set(missing)
+        self.calls = []
+
+    def __call__(self, excluded, tests):
+        self.calls.append((tuple(excluded), tuple(tests)))
+        out = {}
+        for t in tests:
+            if t in self.missing:
+                continue
+            if t in self.skipped:
+                out[t] = "skipped"
+            else:
+                broken = set(excluded) & set(self.fails_without.get(t, ()))
+                out[t] = "failed" if broken else "passed"
+        return out
+
+
+class TestAblatePoints(unittest.TestCase):
+    def test_guarded_unguarded_and_untested(self) -> None:
+        points = [_point("a.one", "t1"), _point("a.two", "t2"), _point("b.three")]
+        run = FakeRunner({"t1": ["a.one"], "t2": ["a.one"]})
+        report = ablate_points.ablate(points, run)
+        self.assertFalse(report.ok)
+        self.assertEqual([r.excluded for r in report.unguarded], [("a.two",)])
+        self.assertEqual(report.unguarded[0].still_passing, ["t2"])
+        self.assertEqual(report.no_tests, ["b.three"])
+        self.assertEqual(report.broken_tests, [])
+        # the check run installs everything; each ablation runs only its tests
+        self.assertEqual(run.calls[0], ((), ("t1", "t2")))
+        self.assertIn((("a.one",), ("t1",)), run.calls)
+        text = ablate_points.format_report(report, points)
+        self.assertIn("UNGUARDED  a.two", text)
+        self.assertIn("1 guarded, 1 unguarded, 1 without tests", text)
+
+    def test_one_failing_test_guards(self) -> None:
+        # t2 guards a.one in another mode: noted, not required here
+        points = [_point("a.one", "t1", "t2")]
+        report = ablate_points.ablate(points, FakeRunner({"t1": ["a.one"]}))
+        self.assertTrue(report.ok)
+        self.assertEqual(report.results[0].still_passing, ["t2"])
+        self.assertIn("(passes here: t2)", ablate_points.format_report(report, points))
+
+    def test_all_guarded(self) -> None:
+        points = [_point("a.one", "t1"), _point("a.two", "t2", speed_only="1.3 -> 1.2")]
+        report = ablate_points.ablate(points, FakeRunner({"t1": ["a.one"], "t2": ["a.two"]}), jobs=2)
+        self.assertTrue(report.ok)
+        self.assertIn("[speed-only: 1.3 -> 1.2]", ablate_points.format_report(report, points))
+
+    def test_named_test_missing_or_failing_with_all_points(self) -> None:
+        points = [_point("a.one", "t1"), _point("a.two", "t2")]
+        run = FakeRunner({"t1": ["a.one"], "t2": ["a.one", "a.two"]}, missing=["t1"])
+        report = ablate_points.ablate(points, run)
+        self.assertEqual(report.broken_tests, ["t1"])
+        self.assertFalse(report.ok)
+
+    def test_tests_skipped_on_this_torch_do_not_count(self) -> None:
+        points = [_point("a.one", "t1", "t_forced"), _point("a.two", "t_forced")]
+        run = FakeRunner({"t1": ["a.one"]}, skipped=["t_forced"])
+        report = ablate_points.ablate(points, run)
+        self.assertEqual([r.excluded for r in report.results], [("a.one",)])
+        self.assertEqual(report.results[0].tests, ("t1",))
+        self.assertEqual(report.no_tests, ["a.two"])
+
+    def test_group_is_left_out_together(self) -> None:
+        points = [_point("a.one", "t1"), _point("a.two", "t1"), _point("b.three", "t3")]
+        run = FakeRunner({"t1": ["a.one"], "t3": ["b.three"]})
+        report = ablate_points.ablate(points, run, groups=["a"])
+        self.assertEqual([r.excluded for r in report.results], [("a.one", "a.two")])
+        self.assertTrue(report.ok)
+        with self.assertRaises(SystemExit):
+            ablate_points.select_units(points, names=["nope"])
+
+    def test_parse_junit_node_ids(self) -> None:
+        xml = textwrap.dedent("""\
+            <testsuites><testsuite>
+            <testcase classname="test.test_x.TestA" name="test_ok" file="test/test_x.py"/>
+            <testcase classname="test.test_x.TestA" name="test_bad" file="test/test_x.py">
+              <failure message="x"/></testcase>
+            <testcase classname="test.test_x" name="test_fn" file="test/test_x.py">
+              <skipped message="no gpu"/></testcase>
+            <testcase classname="test.test_x" name="test_err" file="test/test_x.py">
+              <error message="teardown"/></testcase>
+            </testsuite></testsuites>
+            """)
+        self.assertEqual(
+            ablate_points.parse_junit(xml),
+            {
+                "test/test_x.py::TestA::test_ok": "passed",
+                "test/test_x.py::TestA::test_bad": "failed",
+                "test/test_x.py::test_fn": "skipped",
+                "test/test_x.py::test_err": "failed",
+            },
+        )
+
+    def test_install_leaves_out_excluded_points(self) -> None:
+        # install() reads TSRT_EXCLUDE_POINTS; a name it does not know is an
+        # error (a typo must not make an ablation pass by leaving out nothing)
+        code = textwrap.dedent("""\
+            import torch_subclass_rt as t
+            from torch_subclass_rt import _torch_compat as c
+            force = c.torch_version() not in c.BACKPORT_VERSIONS
+            try:
+                st = t.install(force=force)
+            except t.UnsupportedTorchVersion:
+                print("unsupported")
+            except ValueError as e:
+                print("refused", e)
+            else:
+                print(st.mode, ",".join(st.points))
+            """)
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env.pop("TSRT_MODE", None)
+        run = lambda excl: subprocess.run(  # noqa: E731
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+            env={**env, "TSRT_EXCLUDE_POINTS": excl},
+        ).stdout.strip()
+        out = run("")
+        if out == "unsupported":
+            self.skipTest(f"torch {TORCH_VERSION} has no patch points")
+        mode, points = out.split(" ", 1)
+        first = points.split(",")[0]
+        out = run(first)
+        self.assertEqual(out.split(" ", 1)[0], mode)
+        self.assertNotIn(first, out.split(" ", 1)[1].split(","))
+        self.assertEqual(len(out.split(" ", 1)[1].split(",")), len(points.split(",")) - 1)
+        out = run("no.such_point")
+        self.assertTrue(out.startswith("refused"), out)
+        self.assertIn("no.such_point", out)
 
 
 class TestUpstream(ToolTestCase):

@@ -45,6 +45,7 @@ from tools import apply_patches, make_checkout  # noqa: E402
 SUITES = (
     REPO_ROOT / "test" / "test_opaque_subclass_attrs.py",
     REPO_ROOT / "test" / "test_opaque_attr_tracing.py",
+    REPO_ROOT / "test" / "test_point_guards.py",
 )
 IN_TREE_TEST = "test/test_opaque_subclass_attrs.py"
 

@@ -111,10 +111,33 @@ def install(force: bool = False) -> Status:
         from .points import all_points
         from .install_check import check_installed
 
-        points = registry.select(all_points(), version, mode)
+        known = all_points()
+        points = _without_excluded(registry.select(known, version, mode), known)
         _journal = registry.apply(points, self_check=check_installed)
         _mode = mode
         return status()
+
+
+#: Comma-separated patch point names that install() leaves out. For
+#: tools/ablate_points.py only (each point must make a test fail when it is
+#: the one left out); a torch installed this way is deliberately incomplete.
+EXCLUDE_ENV = "TSRT_EXCLUDE_POINTS"
+
+
+def _without_excluded(points: list, known: list) -> list:
+    import os
+
+    raw = os.environ.get(EXCLUDE_ENV, "")
+    names = {n.strip() for n in raw.split(",") if n.strip()}
+    if not names:
+        return points
+    unknown = names - {p.name for p in known}
+    if unknown:
+        raise ValueError(
+            f"{EXCLUDE_ENV} names no patch point: {', '.join(sorted(unknown))} "
+            "(`python -m torch_subclass_rt status --install` lists them)"
+        )
+    return [p for p in points if p.name not in names]
 
 
 def uninstall() -> Status:

@@ -5,13 +5,22 @@ every inner attr is a tensor. Forced (2.13): the same functions exist with
 native opaque support; we replace them with ours so the whole suite runs
 against our implementation. The ``OpaqueMeta`` marker itself is torch's own
 class there (see ``runtime/meta.py``), so nothing needs replacing for it.
+
+Only the functions whose 2.11 version mishandles an opaque are replaced on
+2.11 (tools/ablate_points.py checks that dropping each one fails a test).
+2.11's ``create_subclass_meta``, ``runtime_unwrap_tensor_subclasses``,
+``wrap_tensor_subclasses``, ``get_subclass_typing_container`` and
+``process_runtime_tangent`` already treat a non-tensor attr as one flat leaf
+(or call our ``create_subclass_metadata`` / ``creation_fn`` through their
+module global), and ``compute_outer_size_and_stride`` is only called by the
+``creation_fn`` we replace.
 """
 
 from __future__ import annotations
 
 from ..patching.registry import PatchPoint
 from ..runtime import call_wrapper, flatten, meta, tangents, wrap
-from ._versions import ONLY_BACKPORT, RUNTIME
+from ._versions import ONLY_BACKPORT, ONLY_FORCED, RUNTIME
 
 _AOT = "torch._functorch._aot_autograd"
 _SU = f"{_AOT}.subclass_utils"
@@ -32,6 +41,9 @@ POINTS = [
         build=_ours(meta.OpaqueMeta),
         reason="marker for an opaque slot in SubclassCreationMeta.attrs (new in 2.12)",
         new_attribute=True,
+        guarded_by=(
+            "test/test_point_guards.py::TestPointGuards::test_opaque_meta_defined_in_schemas",
+        ),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
@@ -40,6 +52,7 @@ POINTS = [
         build=_ours(meta.OpaqueMeta),
         reason="2.12 re-exports OpaqueMeta from torch._functorch.aot_autograd",
         new_attribute=True,
+        guarded_by=("test/test_point_guards.py::TestPointGuards::test_opaque_meta_reexported",),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
@@ -47,13 +60,10 @@ POINTS = [
         target=f"{_AOT}.schemas:SubclassCreationMeta.creation_fn",
         build=_ours(wrap.creation_fn),
         reason="rebuild subclasses with the opaque found in the flat args",
-        **RUNTIME,
-    ),
-    PatchPoint(
-        name="aot.SubclassCreationMeta.compute_outer_size_and_stride",
-        target=f"{_AOT}.schemas:SubclassCreationMeta.compute_outer_size_and_stride",
-        build=_ours(wrap.compute_outer_size_and_stride),
-        reason="2.11 read dynamic strides from the sizes' offset",
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+            "test/test_point_guards.py::TestOurRuntimeRuns::test_runs_our_creation_fn",
+        ),
         **RUNTIME,
     ),
     PatchPoint(
@@ -61,22 +71,10 @@ POINTS = [
         target=f"{_SU}:create_subclass_metadata",
         build=_ours(flatten.create_subclass_metadata),
         reason="OpaqueMeta for reference opaques; clear errors for anything else",
-        **RUNTIME,
-    ),
-    PatchPoint(
-        name="aot.create_subclass_meta",
-        target=f"{_SU}:create_subclass_meta",
-        build=_ours(flatten.create_subclass_meta),
-        reason="per-argument metadata built by our create_subclass_metadata",
-        rebinds=(f"{_AOT}.collect_metadata_analysis", f"{_AOT}.graph_capture_wrappers"),
-        **RUNTIME,
-    ),
-    PatchPoint(
-        name="aot.get_subclass_typing_container",
-        target=f"{_SU}:get_subclass_typing_container",
-        build=_ours(flatten.get_subclass_typing_container),
-        reason="export collects subclass types; do not recurse into opaques",
-        rebinds=("torch.export._trace",),
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+            "test/test_point_guards.py::TestOurRuntimeRuns::test_runs_our_create_subclass_metadata",
+        ),
         **RUNTIME,
     ),
     PatchPoint(
@@ -86,22 +84,10 @@ POINTS = [
         reason="opaques must enter the trace as FakeScriptObjects (graph inputs), "
         "else the graph returns the compile-time object",
         rebinds=("torch._functorch.aot_autograd", f"{_AOT}.graph_capture_wrappers"),
-        **RUNTIME,
-    ),
-    PatchPoint(
-        name="aot.runtime_unwrap_tensor_subclasses",
-        target=f"{_SU}:runtime_unwrap_tensor_subclasses",
-        build=_ours(flatten.runtime_unwrap_tensor_subclasses),
-        reason="per-call unwrap: opaques take one flat slot",
-        rebinds=(f"{_AOT}.runtime_wrappers",),
-        **RUNTIME,
-    ),
-    PatchPoint(
-        name="aot.wrap_tensor_subclasses",
-        target=f"{_SU}:wrap_tensor_subclasses",
-        build=_ours(wrap.wrap_tensor_subclasses),
-        reason="per-call rebuild of subclass outputs through precomputed plans",
-        rebinds=("torch._functorch.aot_autograd", f"{_AOT}.runtime_wrappers"),
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_no_stale_compile_time_opaque_canary_cpu",
+            "test/test_point_guards.py::TestOurRuntimeRuns::test_runs_our_unwrap_tensor_subclasses",
+        ),
         **RUNTIME,
     ),
     PatchPoint(
@@ -110,14 +96,25 @@ POINTS = [
         build=call_wrapper.post_compile,
         reason="per-call unwrap/wrap decided once per compiled function "
         "(2.13 generates this wrapper's source)",
+        # benchmarks/overhead.py --subclass mesh on 2.11 (README "Overhead")
+        speed_only="per-call overhead ratio 1.35 (2.11's loop) -> ~1.2",
+        guarded_by=(
+            "test/test_subclass_wrapper_codegen.py::TestGeneratedWrapperSource::test_flat",
+        ),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
         name="aot.process_runtime_tangent",
         target=f"{_AOT}.runtime_wrappers:AOTDispatchAutograd.process_runtime_tangent",
         build=_ours_static(tangents.process_runtime_tangent),
-        reason="opaque attrs have no tangent; keep their slot",
-        **RUNTIME,
+        reason="opaque attrs have no tangent; keep their slot (forced: our runtime's "
+        "tangent handling in place of 2.13's)",
+        # Not on 2.11: its process_runtime_tangent already passes a non-tensor
+        # attr through as its own leaf, which is all an opaque slot needs.
+        guarded_by=(
+            "test/test_point_guards.py::TestOurRuntimeRuns::test_runs_our_process_runtime_tangent",
+        ),
+        **ONLY_FORCED,
     ),
 ]
 

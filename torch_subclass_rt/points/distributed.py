@@ -96,6 +96,9 @@ POINTS = [
         build=_build_get_untyped_storages,
         reason="opaque attrs have no storage; 2.11 warned for each",
         rebinds=(f"{_TOOLS}.mem_tracker", f"{_TOOLS}.sac_estimator"),
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_get_untyped_storages_with_opaque_attrs_cpu",
+        ),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
@@ -103,6 +106,9 @@ POINTS = [
         target=f"{_FSDP_INIT}:_sync_module_params_and_buffers",
         build=_build_sync_module_params_and_buffers,
         reason="FSDP sync_module_states: do not broadcast opaque attrs",
+        guarded_by=(
+            "test/test_point_guards.py::TestPointGuards::test_fsdp_sync_module_states_skips_opaque_attrs",
+        ),
         **ONLY_BACKPORT,
     ),
 ]

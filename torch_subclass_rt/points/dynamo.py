@@ -203,6 +203,9 @@ POINTS = [
         target=f"{_BUILDER}:_automatic_dynamic",
         build=_build_automatic_dynamic,
         reason="\"'Mesh' object has no attribute 'is_nested'\": recursed into opaque attrs",
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+        ),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
@@ -210,6 +213,9 @@ POINTS = [
         target=f"{_BUILDER}:VariableBuilder.wrap_tensor",
         build=_build_wrap_tensor,
         reason="clear error for flatten attrs that are not tensors or reference opaques",
+        guarded_by=(
+            "test/test_point_guards.py::TestPointGuards::test_value_type_opaque_in_tensor_attrs_errors_eager_backend",
+        ),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
@@ -217,6 +223,9 @@ POINTS = [
         target="torch._dynamo.variables.tensor:TensorVariable.dynamic_getattr",
         build=_build_dynamic_getattr,
         reason="reading an opaque attr off an intermediate subclass (y.mesh)",
+        guarded_by=(
+            "test/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_return_intermediate_mesh_cpu",
+        ),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
@@ -224,6 +233,9 @@ POINTS = [
         target=f"{_BUILDER}:handle_traced_output",
         build=_build_handle_traced_output,
         reason="an op returning a FakeScriptObject graph-broke ('torch.* op returned non-Tensor')",
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_opaque_backward_compiled_autograd_cpu",
+        ),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
@@ -231,6 +243,9 @@ POINTS = [
         target="torch._dynamo.codegen:PyCodegen.__call__",
         build=_build_codegen_call,
         reason="an opaque (TorchScriptObjectVariable) returned as a graph output",
+        guarded_by=(
+            "test/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_return_intermediate_mesh_cpu",
+        ),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
@@ -238,6 +253,9 @@ POINTS = [
         target="torch._dynamo.decorators:_apply_func_to_inner_tensors_of_same_dim",
         build=lambda _original: _apply_func_to_inner_tensors_of_same_dim,
         reason="mark_dynamic & co. called .dim() on opaque attrs",
+        guarded_by=(
+            "test/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_mark_dynamic_cpu",
+        ),
         **ONLY_BACKPORT,
     ),
 ]

@@ -177,6 +177,9 @@ POINTS = [
         build=_build_is_fake,
         reason="'got mixed fake and real tensors!' on a subclass with an opaque attr",
         rebinds=_IS_FAKE_IMPORTERS,
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+        ),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
@@ -185,6 +188,9 @@ POINTS = [
         build=_build_maybe_get_fake_mode,
         reason="'All fake tensor modes must be the same' on a subclass with an opaque attr",
         rebinds=("torch._dynamo.utils", "torch._dynamo.variables.builder"),
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+        ),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
@@ -192,6 +198,9 @@ POINTS = [
         target=f"{_MU}:MetaTensorDescriber.describe_tensor",
         build=_build_describe_tensor,
         reason="describe only tensor attrs; keep opaque attrs on the desc",
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+        ),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
@@ -199,6 +208,9 @@ POINTS = [
         target=f"{_MU}:MetaConverter.meta_tensor",
         build=_build_meta_tensor,
         reason="pass opaque attrs to __tensor_unflatten__; view replay of tensor attrs only",
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+        ),
         **ONLY_BACKPORT,
     ),
 ]

@@ -7,6 +7,14 @@ value that is neutral for how the caller combines results (``any`` -> False,
 ``all`` -> True, "nothing to sync" -> no-op) and delegates everything else to
 the original. ``is_fun`` combines with *both* any and all (it asserts they
 agree), so no neutral value exists; it is replaced by our implementation.
+
+The other helpers need nothing on 2.11: ``has_data_mutation``,
+``has_metadata_mutation`` and ``was_inductor_storage_resized`` already answer
+False for a non-tensor, ``was_tensor_updated`` / ``was_tensor_metadata_updated``
+have no caller, and ``are_all_mutations_hidden_from_autograd`` (False for a
+non-tensor, so never True for a subclass with an opaque) only changes what a
+training graph does with such a mutation, which 2.11 cannot trace yet
+(``graph_capture_wrappers.sc_visit`` reads ``.elem`` off the opaque).
 """
 
 from __future__ import annotations
@@ -66,13 +74,16 @@ def is_fun(t: object) -> bool:
     return isinstance(t, FunctionalTensor)
 
 
-def _neutral(name: str, neutral: Any, reason: str, rebinds: tuple[str, ...]) -> PatchPoint:
+def _neutral(
+    name: str, neutral: Any, reason: str, rebinds: tuple[str, ...], guarded_by: tuple[str, ...]
+) -> PatchPoint:
     return PatchPoint(
         name=f"functional.{name}",
         target=f"{_FU}:{name}",
         build=_answer_for_opaques(neutral),
         reason=reason,
         rebinds=rebinds,
+        guarded_by=guarded_by,
         **ONLY_BACKPORT,
     )
 
@@ -88,6 +99,9 @@ POINTS = [
         build=lambda _original: is_fun,
         reason="'mixed functional/non-functional inner tensors' on opaque attrs",
         rebinds=(_ROOT, _GCW),
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+        ),
         **ONLY_BACKPORT,
     ),
     _neutral(
@@ -95,16 +109,10 @@ POINTS = [
         None,
         "torch._sync() rejects an opaque (joint graph inner_fn)",
         (_ROOT, _GCW),
+        ("test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::"
+         "test_tensor_subclass_with_opaque_attr_backward_cpu",),
     ),
-    _neutral("has_data_mutation", False, "opaques are never mutated data",
-             (_ROOT, _CMA, _GCW)),
-    _neutral("are_all_mutations_hidden_from_autograd", True, "opaques have no mutations",
-             (_ROOT, _CMA, _GCW)),
     _neutral("are_all_mutations_under_no_grad_or_inference_mode", True,
-             "opaques have no mutations", (_ROOT, _CMA, _GCW)),
-    _neutral("was_inductor_storage_resized", False, "opaques have no storage", (_CMA, _GCW)),
-    _neutral("has_metadata_mutation", False, "opaques have no tensor metadata",
-             (_ROOT, _CMA, _GCW)),
-    _neutral("was_tensor_updated", False, "an opaque slot is not a tensor update", ()),
-    _neutral("was_tensor_metadata_updated", False, "opaques have no tensor metadata", ()),
+             "2.11 asserts a FunctionalTensor (input mutated under no_grad)", (_ROOT, _CMA, _GCW),
+             ("test/test_point_guards.py::TestPointGuards::test_input_mutation_under_no_grad",)),
 ]

@@ -42,6 +42,9 @@ POINTS = [
         target="torch._inductor.codecache:FxGraphCachePickler._reduce_fake_script_object",
         build=_build,
         reason="cache key names a reference opaque's type instead of pickling it",
+        guarded_by=(
+            "test/test_inductor_cache_key.py::TestInductorCacheKeyWithOpaque::test_unpicklable_reference_opaque_is_cached",
+        ),
         **ONLY_BACKPORT,
     ),
 ]

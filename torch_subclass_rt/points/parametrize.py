@@ -230,6 +230,9 @@ POINTS = [
         target=f"{_SP}:UnwrapTensorSubclass.forward",
         build=_build_forward,
         reason="rebuild the subclass with its opaque attrs from the flat originals",
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_subclass_parametrization_with_opaque_attrs_cpu",
+        ),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
@@ -237,6 +240,9 @@ POINTS = [
         target=f"{_SP}:UnwrapTensorSubclass.right_inverse",
         build=_build_right_inverse,
         reason="OpaqueMeta for opaque attrs; the object is one flat original",
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_subclass_parametrization_with_opaque_attrs_cpu",
+        ),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
@@ -244,6 +250,9 @@ POINTS = [
         target=f"{_PZ}:ParametrizationList.__init__",
         build=_build_parametrization_list_init,
         reason="store an opaque original as a plain attribute, not a parameter",
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_subclass_parametrization_with_opaque_attrs_cpu",
+        ),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
@@ -251,6 +260,9 @@ POINTS = [
         target=f"{_PZ}:ParametrizationList.right_inverse",
         build=_build_parametrization_list_right_inverse,
         reason="assigning a subclass re-stores its opaque original as an attribute",
+        guarded_by=(
+            "test/test_point_guards.py::TestPointGuards::test_parametrized_subclass_assigned_again",
+        ),
         **ONLY_BACKPORT,
     ),
 ]

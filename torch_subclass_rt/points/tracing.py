@@ -116,6 +116,9 @@ POINTS = [
         target=f"{_FCR}:FakeScriptObject.__init__",
         build=_fake_script_object_init,
         reason="keep the caller's opaque as real_obj (no deepcopy), as 2.12 does",
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_shared_opaque_backward_cpu",
+        ),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
@@ -123,6 +126,9 @@ POINTS = [
         target=f"{_PT}:set_proxy_slot",
         build=_wrap_set_proxy_slot,
         reason="wrappers of one real opaque share one proxy (one graph input)",
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_shared_opaque_backward_cpu",
+        ),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
@@ -131,6 +137,9 @@ POINTS = [
         build=_wrap_get_proxy_slot,
         reason="find the proxy of a fresh wrapper of an already-traced opaque",
         rebinds=("torch._higher_order_ops.executorch_call_delegate", "torch.export._trace"),
+        guarded_by=(
+            "test/test_point_guards.py::TestPointGuards::test_dispatch_attached_handle_is_the_handle",
+        ),
         **ONLY_BACKPORT,
     ),
 ]

@@ -25,7 +25,6 @@ Value-type opaques compare by ``__eq__`` and belong in the flatten *context*
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,7 +32,7 @@ from torch import SymInt, Tensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .. import _torch_compat as compat
-from . import errors, plans
+from . import errors
 from ._torch_names import aot
 from .meta import OpaqueMeta
 
@@ -61,10 +60,6 @@ def enumerate_filter_symints(lst: Sequence[Any]) -> list[tuple[int, SymInt]]:
         if isinstance(s, SymInt) and not s.node.is_nested_int()
     ]
 
-
-def compute_symint_placeholders(lst: Sequence[Any]) -> list[bool]:
-    # make_runtime_safe() replaces non-nested symints by None.
-    return [s is None for s in lst]
 
 
 def maybe_suggest_memory_format(t: Any, with_memory_format: bool) -> Any:
@@ -153,22 +148,6 @@ def create_subclass_meta(
     return infos
 
 
-def get_subclass_typing_container(tensor_subclass: Tensor) -> dict[type, list[Tensor]]:
-    """Subclass type -> instances, over a subclass and its nested inner tensors."""
-    tracker: dict[type, list[Tensor]] = collections.defaultdict(list)
-
-    def visit(t: Tensor) -> None:
-        if not is_traceable_wrapper_subclass(t):
-            return
-        tracker[type(t)].append(t)
-        inner_keys, _ = t.__tensor_flatten__()
-        for key in inner_keys:
-            value = getattr(t, key)
-            if classify_inner_attr(t, key, value) == "tensor":
-                visit(value)
-
-    visit(tensor_subclass)
-    return tracker
 
 
 def _fakeify_opaque(value: Any) -> Any:
@@ -236,48 +215,3 @@ def unwrap_tensor_subclasses(
     for x, desc in zip(wrapped_args, wrapped_args_descs):
         visit(x, desc)
     return xs, descs
-
-
-def runtime_unwrap_tensor_subclasses(
-    wrapped_args: Sequence[Any],
-    *,
-    append_symints: bool,
-    subclass_metas: Sequence[Any] | None = None,
-) -> list[Any]:
-    """Run time: flatten subclass args into what the compiled graph takes.
-
-    Runs on every call of a compiled function: it follows a precomputed
-    plan per subclass metadata (see ``plans``); opaques are passed as they are.
-    """
-    if append_symints and subclass_metas is None:
-        raise AssertionError("subclass_metas must not be None when append_symints is True")
-    SubclassCreationMeta = aot().SubclassCreationMeta
-    out: list[Any] = []
-    for idx, x in enumerate(wrapped_args):
-        if not is_traceable_wrapper_subclass(x):
-            out.append(x)
-        elif subclass_metas is None:
-            get_plain_objects(x, out=out)
-        else:
-            meta = subclass_metas[idx]
-            if type(meta) is not SubclassCreationMeta:
-                raise AssertionError(f"expected SubclassCreationMeta, got {type(meta)}")
-            plans.run_unwrap(plans.unwrap_plan(meta), x, out, append_symints)
-    return out
-
-
-def get_plain_objects(subclass: Any, *, out: list[Any]) -> list[Any]:
-    """Depth-first leaves of a subclass: plain tensors and opaques, in order.
-
-    Used where no metadata is at hand (the backward's saved subclasses).
-    """
-    todo = [subclass]
-    while todo:
-        curr = todo.pop()
-        if not is_traceable_wrapper_subclass(curr):
-            out.append(curr)
-            continue
-        inner_keys, _ = curr.__tensor_flatten__()
-        todo.extend(getattr(curr, key) for key in reversed(inner_keys))
-    return out
-

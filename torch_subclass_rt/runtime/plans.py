@@ -123,18 +123,3 @@ def run_wrap(plan: WrapPlan, args: Any) -> Any:
     if plan.stride_args:
         stride = _fill(stride, [args[i] for i in plan.stride_args])
     return plan.subclass_type.__tensor_unflatten__(inner, plan.ctx, size, stride)
-
-
-def run_unwrap(plan: UnwrapPlan, x: Any, out: list[Any], append_symints: bool) -> None:
-    for attr, sub in plan.attrs:
-        if sub is None:
-            out.append(getattr(x, attr))
-        else:
-            run_unwrap(sub, getattr(x, attr), out, append_symints)
-    if append_symints:
-        if plan.size_idx:
-            size = x.size()
-            out.extend(size[i] for i in plan.size_idx)
-        if plan.stride_idx:
-            stride = x.stride()
-            out.extend(stride[i] for i in plan.stride_idx)

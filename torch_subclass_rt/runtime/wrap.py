@@ -1,7 +1,10 @@
 """Rebuilding subclasses from the flat argument list.
 
-``creation_fn`` and ``compute_outer_size_and_stride`` are installed as methods
-of torch's ``SubclassCreationMeta``; they read only its public fields.
+``creation_fn`` is installed as a method of torch's ``SubclassCreationMeta``;
+it reads only its public fields. At run time it follows a precomputed plan
+(``plans``), which places symbolic sizes and strides itself: torch's
+``compute_outer_size_and_stride`` (wrong for several dynamic strides on 2.11)
+is no longer called.
 """
 
 from __future__ import annotations
@@ -11,43 +14,11 @@ from typing import Any
 
 import torch
 from torch import Tensor
-import torch.utils._pytree as pytree
 
 from .. import _torch_compat as compat
 from . import errors, plans
 from ._torch_names import aot
-from .flatten import compute_symint_placeholders
 from .meta import OpaqueMeta
-
-
-def compute_outer_size_and_stride(
-    self: Any, all_args: Sequence[Any], *, curr_start_idx: int
-) -> tuple[Any, Any]:
-    """Outer size/stride of a subclass at run time: symbolic entries come from
-    the flat args after its inner attrs (sizes first, then strides).
-
-    torch 2.11 sliced the strides from ``curr_start_idx`` again instead of
-    continuing after the sizes, which mis-rebuilt subclasses with more than
-    one dynamic dim (fixed upstream by 2.13); this is the 2.13 behaviour.
-    """
-
-    def take(outer: Any, start: int) -> tuple[Any, int]:
-        placeholders = compute_symint_placeholders(outer)
-        if not any(placeholders):
-            return outer, start
-        end = start + sum(placeholders)
-        it_args = iter(all_args[start:end])
-        it_placeholders = iter(placeholders)
-        return (
-            pytree.tree_map_only(
-                lambda _: next(it_placeholders), lambda _: next(it_args), outer
-            ),
-            end,
-        )
-
-    outer_size, next_idx = take(self.outer_size, curr_start_idx)
-    outer_stride, _ = take(self.outer_stride, next_idx)
-    return outer_size, outer_stride
 
 
 def creation_fn(self: Any, all_args: Sequence[Any], *, is_runtime: bool) -> Tensor:
@@ -89,54 +60,3 @@ def creation_fn(self: Any, all_args: Sequence[Any], *, is_runtime: bool) -> Tens
     torch._mirror_autograd_meta_to(self.original_subclass, rebuilt)  # type: ignore[attr-defined]
     return rebuilt
 
-
-def wrap_tensor_subclasses(
-    unwrapped_args: Sequence[Any],
-    *,
-    subclass_metas: Sequence[Any],
-    num_fw_outs_saved_for_bw: int | None = None,
-    included_subclass_symints: bool = False,
-    is_runtime: bool = False,
-    make_subclass_override: Any = None,
-) -> tuple[Any, ...]:
-    """Rebuild the outer values (plain or subclass) from the flat list.
-
-    ``subclass_metas`` describe the user-visible outputs; with
-    ``num_fw_outs_saved_for_bw``, the flat list ends with that many extra
-    activations the partitioner added, returned unwrapped after them
-    (Note: [Partitioner handling for Subclasses, Part 2] in torch).
-    """
-    names = aot()
-    PlainTensorMeta, SubclassCreationMeta = names.PlainTensorMeta, names.SubclassCreationMeta
-    wrapped: list[Any] = []
-    tallied = 0
-    for meta in subclass_metas:
-        if type(meta) is PlainTensorMeta:
-            wrapped.append(unwrapped_args[meta.unwrapped_idx])
-            tallied += 1
-            continue
-        if type(meta) is not SubclassCreationMeta:
-            raise AssertionError(f"expected SubclassCreationMeta, got {type(meta)}")
-        if meta.included_subclass_symints != included_subclass_symints:
-            raise AssertionError(
-                f"included_subclass_symints mismatch: {meta.included_subclass_symints} "
-                f"!= {included_subclass_symints}"
-            )
-        if make_subclass_override:
-            wrapped.append(make_subclass_override(meta, is_runtime, unwrapped_args))
-        else:
-            wrapped.append(meta.creation_fn(unwrapped_args, is_runtime=is_runtime))
-        tallied += meta.arg_count
-
-    if num_fw_outs_saved_for_bw is None:
-        if len(unwrapped_args) != tallied:
-            raise AssertionError(f"Expected {len(unwrapped_args)} == {tallied}")
-        return tuple(wrapped)
-    if len(unwrapped_args) != tallied + num_fw_outs_saved_for_bw:
-        raise AssertionError(
-            f"Expected the number actual unwrapped-subclass outputs {len(unwrapped_args)} "
-            f"to equal the number of args calculated from subclasses ({tallied}) plus the "
-            f"number of additional activations saved for the backward pass "
-            f"({num_fw_outs_saved_for_bw})"
-        )
-    return (*wrapped, *unwrapped_args[tallied:])
