@@ -10,7 +10,7 @@ class there (see ``runtime/meta.py``), so nothing needs replacing for it.
 from __future__ import annotations
 
 from ..patching.registry import PatchPoint
-from ..runtime import call_wrapper, flatten, meta, tangents, wrap
+from ..runtime import call_wrapper, flatten, grad_codegen, meta, tangents, wrap
 from ._versions import ONLY_BACKPORT, RUNTIME
 
 _AOT = "torch._functorch._aot_autograd"
@@ -119,5 +119,13 @@ POINTS = [
         reason="opaque attrs have no tangent; keep their slot",
         **RUNTIME,
     ),
+    PatchPoint(
+        name="aot._backward_epilogue_functional",
+        target=f"{_AOT}.runtime_wrappers:_backward_epilogue_functional",
+        build=grad_codegen.backward_epilogue,
+        reason="grad subclass rebuild generated once per compiled backward "
+        "(2.13 generates it too); torch's path for everything else",
+        speed_only="fwd+bwd, N = 100 MeshTensors: see README (Performance)",
+        **ONLY_BACKPORT,
+    ),
 ]
-
