@@ -125,7 +125,8 @@ POINTS = [
         build=grad_codegen.backward_epilogue,
         reason="grad subclass rebuild generated once per compiled backward "
         "(2.13 generates it too); torch's path for everything else",
-        speed_only="fwd+bwd, N = 100 MeshTensors: see README (Performance)",
+        speed_only="fwd+bwd on N = 100 MeshTensors: 327.5k -> 320.7k extra instructions "
+        "per subclass input per call (native 2.13: 322.8k); README, Overhead",
         **ONLY_BACKPORT,
     ),
 ]
