@@ -68,3 +68,41 @@ def tests(session: nox.Session, torch: str) -> None:
             "diff", "-r", os.path.join(dumps, "native"), os.path.join(dumps, "forced"),
             external=True,
         )
+
+
+#: (label, tests session whose virtualenv runs it, extra environment)
+BENCH_CONFIGS = [
+    ("2.11 backport", "tests-torch-2-11-0", {"TSRT_MODE": "backport"}),
+    ("2.13 native", "tests-torch-2-13-0", {}),
+]
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Scaling benchmark (not a default session; timings are not tests).
+
+    Runs benchmarks/scaling.py on torch 2.11 + install() and native 2.13 in
+    the tests sessions' virtualenvs (create them first with
+    ``nox -s tests --install-only``), alternating, three runs each, then one
+    table with both and their ratios, and benchmarks/scaling.png.
+    ``nox -s bench -- --n 1,10,100 --calls 200`` passes arguments to each run.
+    """
+    session.install("matplotlib")  # only for the plot; the runs use the tests' venvs
+    pythons = []
+    for label, venv, env in BENCH_CONFIGS:
+        python = os.path.join(os.path.dirname(session.virtualenv.location), venv, "bin", "python")
+        if not os.path.exists(python):
+            session.error(f"no virtualenv for {label} at {python}: run nox -s tests --install-only")
+        pythons.append((label, python, env))
+    out = session.create_tmp()
+    env = {**_fresh_inductor_cache(session), "PYTHONPATH": os.getcwd()}
+    runs = []
+    for r in range(3):
+        for label, python, extra in pythons:
+            path = os.path.join(out, f"scaling-{label.replace(' ', '-')}-{r}.json")
+            session.log(f"run {r + 1}/3: {label}")
+            session.run(python, "benchmarks/scaling.py", "--json", path, *session.posargs,
+                        env={**env, **extra}, external=True)
+            runs.append(path)
+    session.run("python", "benchmarks/scaling.py", "--combine", *runs,
+                "--plot", "benchmarks/scaling.png")

@@ -13,5 +13,6 @@ setup(
     # >= 2.12 (native); install the torch you run first (see README).
     install_requires=["torch>=2.11"],
     # numpy: torch.testing._internal (device-type test instantiation) imports it
-    extras_require={"test": ["pytest", "expecttest", "numpy"]},
+    # bench: the plot of benchmarks/scaling.py (optional; skipped without it)
+    extras_require={"test": ["pytest", "expecttest", "numpy"], "bench": ["matplotlib"]},
 )
