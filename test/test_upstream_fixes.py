@@ -21,6 +21,7 @@ import torch  # noqa: E402
 import torch._dynamo.exc  # noqa: E402
 import torch.utils._pytree as pytree  # noqa: E402
 from torch._dynamo.test_case import TestCase  # noqa: E402
+from torch._library.opaque_object import MemberType  # noqa: E402
 
 import torch_subclass_rt as tsrt  # noqa: E402
 
@@ -65,8 +66,12 @@ class Quantizer(tsrt.OpaqueBase):
         return f"Quantizer({self.num_buffers})", {"Quantizer": Quantizer}
 
 
-tsrt.register_opaque(QuantConfig, typ="value")
-tsrt.register_opaque(Quantizer, typ="value")
+# Members are declared: torch 2.11 only lets Dynamo read members of a value
+# opaque that are registered (2.12 reads any).
+tsrt.register_opaque(QuantConfig, typ="value", members={"tag": MemberType.USE_REAL})
+tsrt.register_opaque(
+    Quantizer, typ="value", members={"get_num_buffers": MemberType.USE_REAL}
+)
 
 
 class MetaTensor(torch.Tensor):
