@@ -114,7 +114,8 @@ class TestUpstreamFixes(TestCase):
         ">= 2.12), which 2.11 lacks and the backport does not carry",
     )
     @harness.upstream_bug(
-        "PR 187057 (issue 187041)", broken_on=("2.12.1", "2.13.0"),
+        "PR 193190 (on these releases; upstream also PR 187057, issue 187041)",
+        broken_on=("2.12.1", "2.13.0"),
         fails_with=(AssertionError,),
     )
     def test_value_type_graph_output_subclass_metadata_side_effect(self):
@@ -199,6 +200,36 @@ class TestUpstreamFixes(TestCase):
         x = MetaTensor(torch.ones(3), QuantConfig("abcd"))
         out = torch.compile(f, backend="aot_eager", fullgraph=True)(x)
         self.assertEqual(out, torch.full((3,), 8.0))
+
+
+class TestUpstreamFixesCUDA(TestCase):
+    @unittest.skipUnless(
+        torch.cuda.is_available(),
+        "CUDA graphs (mode='reduce-overhead') need a CUDA device; none here",
+    )
+    @harness.upstream_bug(
+        "PR 179793", broken_on=("2.11.0",), carried=False,
+        fails_with=(AssertionError, RuntimeError, torch._dynamo.exc.BackendCompilerFailed),
+    )
+    def test_opaque_input_through_cudagraph_trees(self):
+        # A reference opaque (the mesh handle, a graph input next to the
+        # local tensor) in the CUDA-graph tree pipeline: 2.11 refused the
+        # graph ("non-Tensor inputs") or copied the opaque like a tensor.
+        # 2.12+ ship the fix; the 2.11 backport does not carry it (no GPU
+        # was available to verify one), so the test records the bug there.
+        from torch._dynamo.utils import counters
+
+        from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
+
+        counters.clear()
+        f = torch.compile(lambda x: x.sin() + 1, mode="reduce-overhead", fullgraph=True)
+        for name in ("a", "b", "c"):
+            mesh = MeshHandle(name)
+            local = torch.randn(8, device="cuda")
+            out = f(MeshTensor(local, mesh))
+            self.assertIs(out.mesh, mesh)
+            self.assertEqual(out._local, local.sin() + 1)
+        self.assertEqual(counters["inductor"]["cudagraph_skips"], 0)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,17 @@ the 2.11 backport's own replacement of the same function (see
 ``registry.plan``). ``upstream_fix`` names the upstream PR; the test that
 reproduces the bug on every affected release is in
 ``test/test_upstream_fixes.py``.
+
+Issue 187041 (a value opaque that is subclass metadata and is also stored
+through a side effect reaches the side effect as a FakeScriptObject;
+2.12.1, 2.13.0) has no point of its own. Upstream's PR 187057 unwraps the
+FakeScriptObject in Dynamo's bytecode codegen. On these releases that
+object only exists because AOTAutograd turned the value opaque into a
+FakeScriptObject constant next to a subclass output, which the PR 193190
+point below prevents; with it applied, a codegen point receives no
+FakeScriptObject in any case we could build, so no test would fail
+without it, and it is not carried. The issue's test is guarded by the
+193190 point.
 """
 
 from __future__ import annotations
@@ -28,7 +39,6 @@ from ..patching.registry import PatchPoint
 from ._versions import upstream_fix
 
 _MISSING = object()
-_HELPERS = "torch_subclass_rt.points._fix_helpers"
 
 
 def _build_callable_value_opaque_getattr(original):
@@ -60,50 +70,6 @@ def _build_callable_value_opaque_getattr(original):
         return original(self, tx, name)
 
     return dynamic_getattr
-
-
-def _is_value_opaque_graph_output(value: Any) -> bool:
-    from torch._dynamo.variables.script_object import TorchScriptObjectVariable
-    from torch._library.fake_class_registry import FakeScriptObject
-
-    if not isinstance(value, TorchScriptObjectVariable) or value.source is not None:
-        return False
-    # 2.13 keeps the real object on the variable, 2.12 may keep its
-    # FakeScriptObject; either way the graph returns the FakeScriptObject.
-    obj = value.value
-    if isinstance(obj, FakeScriptObject):
-        obj = object.__getattribute__(obj, "real_obj")
-    return obj is not None and is_value_opaque_type(type(obj))
-
-
-def _build_value_opaque_output_replay(original):
-    @functools.wraps(original)
-    def __call__(self, value, allow_cache=True):
-        """Stands in for ``PyCodegen.__call__`` (torch 2.12.1, 2.13.0).
-
-        Differs: a sourceless value-type opaque that the graph returns (its
-        FakeScriptObject) is unwrapped to the real object before Python code
-        after the graph sees it (upstream PR 187057, issue 187041). Without
-        it, a value opaque used as subclass metadata *and* stored through a
-        side effect reached the side effect as a FakeScriptObject, while
-        the subclass got the real object.
-        """
-        if (allow_cache and self.top_of_stack is value) or not (
-            _is_value_opaque_graph_output(value)
-        ):
-            return original(self, value, allow_cache)
-        from torch._dynamo.bytecode_transformation import create_call_function
-
-        self.add_push_null(
-            lambda: self.load_import_from(_HELPERS, "unwrap_value_opaque")
-        )
-        original(self, value, allow_cache)
-        self.extend_output(create_call_function(1, False))
-        # what is on top of the stack now stands for `value` (unwrapped)
-        self.top_of_stack = value
-        return None
-
-    return __call__
 
 
 def _build_value_opaque_outputs_stay_constants(original):
@@ -161,17 +127,6 @@ POINTS = [
         **upstream_fix("2.11.0", "2.12.1", "2.13.0", "2.14.1"),
     ),
     PatchPoint(
-        name="fix.PyCodegen.__call__.value_opaque_output",
-        target="torch._dynamo.codegen:PyCodegen.__call__",
-        build=_build_value_opaque_output_replay,
-        reason="a value opaque stored by a side effect came back as a FakeScriptObject",
-        upstream_fix="PR 187057 (issue 187041)",
-        guarded_by=(
-            "test/test_upstream_fixes.py::TestUpstreamFixes::test_value_type_graph_output_subclass_metadata_side_effect",
-        ),
-        **upstream_fix("2.12.1", "2.13.0"),
-    ),
-    PatchPoint(
         name="fix.unwrap_tensor_subclasses.value_opaque_output",
         target="torch._functorch._aot_autograd.subclass_utils:unwrap_tensor_subclasses",
         build=_build_value_opaque_outputs_stay_constants,
@@ -184,6 +139,7 @@ POINTS = [
         ),
         guarded_by=(
             "test/test_upstream_fixes.py::TestUpstreamFixes::test_opaque_constant_with_subclass_output_cache_hit",
+            "test/test_upstream_fixes.py::TestUpstreamFixes::test_value_type_graph_output_subclass_metadata_side_effect",
         ),
         **upstream_fix("2.12.1", "2.13.0", "2.14.1"),
     ),
