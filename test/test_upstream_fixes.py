@@ -201,6 +201,47 @@ class TestUpstreamFixes(TestCase):
         out = torch.compile(f, backend="aot_eager", fullgraph=True)(x)
         self.assertEqual(out, torch.full((3,), 8.0))
 
+    @unittest.skipUnless(NATIVE, "torch.export of value opaques needs torch >= 2.12")
+    @harness.upstream_bug(
+        "issue 179870 (open upstream; PR 181676 unmerged)",
+        broken_on=("2.12.1", "2.13.0", "2.14.1"), carried=False,
+        fails_with=(RuntimeError,),
+    )
+    def test_export_save_load_opaque_constant(self):
+        # A value opaque baked into an exported program: 2.12.1 cannot save
+        # it (SerializeError), 2.13.0/2.14.1 save a custom-object argument
+        # without its value and fail to load. Not carried: the fix is inside
+        # the export serializer (torch/_export/serde), no point can reach it
+        # from outside short of replacing the (de)serializer, so the test
+        # records the bug in every mode.
+        import io
+
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.cfg = QuantConfig("int4")
+
+            def forward(self, x):
+                return torch.ops.tsrt_fixes_test.scale(x, self.cfg)
+
+        ep = torch.export.export(M(), (torch.ones(3),))
+        buf = io.BytesIO()
+        torch.export.save(ep, buf)
+        buf.seek(0)
+        loaded = torch.export.load(buf)
+        self.assertEqual(loaded.module()(torch.ones(3)), torch.full((3,), 4.0))
+
+
+if NATIVE:  # a value opaque in a custom op's schema: torch >= 2.12
+
+    @torch.library.custom_op("tsrt_fixes_test::scale", mutates_args=())
+    def _scale(x: torch.Tensor, cfg: QuantConfig) -> torch.Tensor:
+        return x * len(cfg.tag)
+
+    @_scale.register_fake
+    def _(x, cfg):
+        return torch.empty_like(x)
+
 
 class TestUpstreamFixesCUDA(TestCase):
     @unittest.skipUnless(
