@@ -44,7 +44,9 @@ def _run_suite(session: nox.Session, mode: str, dump_dir: str, env: dict[str, st
 
 def _run_files(session: nox.Session, mode: str, files: list[str], env: dict[str, str]) -> None:
     session.log(f"{' '.join(files)} in mode {mode}")
-    session.run(*PYTEST[:3], *files, *PYTEST[4:], env={**env, "TSRT_MODE": mode})
+    # -rxs: list each xfail (a bug shown in plain native) with its reason
+    session.run(*PYTEST[:3], *files, "-q", "-p", "no:cacheprovider", "-rxs",
+                env={**env, "TSRT_MODE": mode})
 
 
 def _fresh_inductor_cache(session: nox.Session) -> dict[str, str]:
