@@ -30,7 +30,6 @@ without it, and it is not carried. The issue's test is guarded by the
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
