@@ -148,7 +148,7 @@ def upstream_bug(fix: str, broken_on: tuple[str, ...], fails_with: tuple[type, .
                 import pytest
 
                 pytest.xfail(
-                    f"upstream bug (fixed by {fix}) on torch {version} in mode {mode}: "
+                    f"upstream bug [{fix}] on torch {version} in mode {mode}: "
                     f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 )
             raise AssertionError(
