@@ -2,12 +2,21 @@
 
   nox -s "tests(torch='2.11.0')"   torch 2.11.0 + install()            (backport), then
                                    tools/ablate_points.py and the patch series check
+  nox -s "tests(torch='2.12.1')"   torch 2.12.1 + install() (native+fixes: the later
+                                   upstream fixes 2.12.1 lacks), then the fix tests
+                                   alone in plain native (each must show its bug)
   nox -s "tests(torch='2.13.0')"   torch 2.13.0 native, then install(force=True),
-                                   then a byte-for-byte diff of the two runs' graph dumps
-  nox -s "tests(torch='2.14.1')"   torch 2.14.1 native: the renamed opaque API
-                                   (CustomClassBase, register_custom_class) behind
-                                   tsrt.OpaqueBase / tsrt.register_opaque, and 2.14's
-                                   graph printing (test/expected/v2.14/)
+                                   then a byte-for-byte diff of the two runs' graph
+                                   dumps, then the fix and install tests in native+fixes
+  nox -s "tests(torch='2.14.1')"   torch 2.14.1 + install() (native+fixes), with the
+                                   renamed opaque API (CustomClassBase,
+                                   register_custom_class) behind tsrt.OpaqueBase /
+                                   tsrt.register_opaque, and 2.14's graph printing
+                                   (test/expected/v2.14/); then the fix tests in native
+
+The fix tests (test/test_upstream_fixes.py) fail as xfail in plain native on
+a release that has the bug and must pass with install(); the whole suite runs
+once per torch in the mode that carries the fixes, so the matrix stays short.
 
 Each torch version gets its own virtualenv under .nox/ (reused with -r).
 """
@@ -25,10 +34,20 @@ nox.options.reuse_existing_virtualenvs = True
 PYTEST = ["python", "-m", "pytest", "test", "-q", "-p", "no:cacheprovider", "-rs"]
 
 
+FIX_TESTS = "test/test_upstream_fixes.py"
+
+
 def _run_suite(session: nox.Session, mode: str, dump_dir: str, env: dict[str, str]) -> None:
     shutil.rmtree(dump_dir, ignore_errors=True)
     session.log(f"suite in mode {mode}")
     session.run(*PYTEST, env={**env, "TSRT_MODE": mode, "TSRT_DUMP_DIR": dump_dir})
+
+
+def _run_files(session: nox.Session, mode: str, files: list[str], env: dict[str, str]) -> None:
+    session.log(f"{' '.join(files)} in mode {mode}")
+    # -rxs: list each xfail (a bug shown in plain native) with its reason
+    session.run(*PYTEST[:3], *files, "-q", "-p", "no:cacheprovider", "-rxs",
+                env={**env, "TSRT_MODE": mode})
 
 
 def _fresh_inductor_cache(session: nox.Session) -> dict[str, str]:
@@ -43,7 +62,7 @@ def _fresh_inductor_cache(session: nox.Session) -> dict[str, str]:
 
 
 @nox.session
-@nox.parametrize("torch", ["2.11.0", "2.13.0", "2.14.1"])
+@nox.parametrize("torch", ["2.11.0", "2.12.1", "2.13.0", "2.14.1"])
 def tests(session: nox.Session, torch: str) -> None:
     session.install(f"torch=={torch}")
     session.install("-e", ".[test]")
@@ -57,8 +76,9 @@ def tests(session: nox.Session, torch: str) -> None:
         # the same change as a git-am series: applies to v2.11.0, the suite
         # passes on the patched torch without this package, dumps identical
         session.run("python", "tools/verify_patches.py", "--base", "v2.11.0", env=env)
-    elif torch == "2.14.1":
-        _run_suite(session, "native", os.path.join(dumps, "native"), env)
+    elif torch in ("2.12.1", "2.14.1"):
+        _run_suite(session, "native+fixes", os.path.join(dumps, "native+fixes"), env)
+        _run_files(session, "native", [FIX_TESTS], env)
     else:
         _run_suite(session, "native", os.path.join(dumps, "native"), env)
         _run_suite(session, "forced", os.path.join(dumps, "forced"), env)
@@ -68,6 +88,7 @@ def tests(session: nox.Session, torch: str) -> None:
             "diff", "-r", os.path.join(dumps, "native"), os.path.join(dumps, "forced"),
             external=True,
         )
+        _run_files(session, "native+fixes", [FIX_TESTS, "test/test_install.py"], env)
 
 
 #: (label, tests session whose virtualenv runs it, extra environment)

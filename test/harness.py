@@ -10,6 +10,10 @@ Mode under test (env var ``TSRT_MODE``):
 ``forced``
     torch 2.13 with ``torch_subclass_rt.install(force=True)``: our runtime
     replaces the native one and must behave (and trace) identically.
+``native+fixes``
+    torch 2.12.1 / 2.13.0 / 2.14.1 with ``torch_subclass_rt.install()``: the
+    native implementation plus the later upstream fixes the release lacks
+    (``points/fixes.py``; tests marked :func:`upstream_bug`).
 ``patched``
     torch 2.11 with the in-tree patch series (patches/v2.11.0) applied to its
     sources (tools/verify_patches.py puts such a torch first on PYTHONPATH);
@@ -39,7 +43,7 @@ from pathlib import Path
 import torch
 from torch._dynamo.testing import normalize_gm
 
-MODES = ("native", "backport", "forced", "patched")
+MODES = ("native", "native+fixes", "backport", "forced", "patched")
 EXPECTED_DIR = Path(__file__).resolve().parent / "expected"
 
 
@@ -69,9 +73,9 @@ def setup_mode() -> str:
     # comes from torch's (patched) sources. Either way nothing may be
     # installed; torch_subclass_rt stays importable for its OpaqueBase /
     # register_opaque spelling, which patches nothing.
-    if mode == "native" and torch_major_minor() < (2, 12):
+    if mode in ("native", "native+fixes") and torch_major_minor() < (2, 12):
         raise RuntimeError(
-            f"TSRT_MODE=native needs torch >= 2.12 (native opaque attrs); "
+            f"TSRT_MODE={mode} needs torch >= 2.12 (native opaque attrs); "
             f"this is torch {torch.__version__}"
         )
     if mode == "patched" and torch_major_minor() != (2, 11):
@@ -110,6 +114,53 @@ def restore_mode() -> None:
         if st.mode != mode:
             torch_subclass_rt.uninstall()
         setup_mode()
+
+
+# --------------------------------------------------------------------------
+# upstream bugs
+
+
+def upstream_bug(fix: str, broken_on: tuple[str, ...], fails_with: tuple[type, ...],
+                 carried: bool = True):
+    """Mark a test that reproduces an upstream bug, fixed upstream by ``fix``.
+
+    ``broken_on``: the torch releases that have the bug as shipped. On those,
+    in a mode where nothing carries the fix (``native``; any mode when
+    ``carried`` is False), the test must fail with one of ``fails_with``
+    (reported as xfail); if it passes, it fails: the release does not have
+    the bug and the version list is wrong. Everywhere else (another torch,
+    or a mode that installs the fix: native+fixes, forced, backport, patched)
+    it must pass.
+    """
+    import functools
+
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(self, *args, **kwargs):
+            version = str(torch.__version__).split("+", 1)[0]
+            mode = current_mode()
+            expect_bug = version in broken_on and (not carried or mode == "native")
+            if not expect_bug:
+                return fn(self, *args, **kwargs)
+            try:
+                fn(self, *args, **kwargs)
+            except fails_with as e:
+                import pytest
+
+                pytest.xfail(
+                    f"upstream bug [{fix}] on torch {version} in mode {mode}: "
+                    f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                )
+            raise AssertionError(
+                f"torch {version} (mode {mode}) is listed as having the bug fixed by "
+                f"{fix}, but the test passed: correct the versions"
+            )
+
+        wrapper.upstream_fix = fix
+        wrapper.broken_on = broken_on
+        return wrapper
+
+    return deco
 
 
 # --------------------------------------------------------------------------

@@ -26,9 +26,15 @@ _MISSING = object()
 
 
 def _patch_mode() -> str | None:
-    """The mode in which install() patches this torch, if any."""
+    """The mode in which install() patches this torch, if any (on 2.13.0 both
+    forced and native+fixes patch; the mode under test picks)."""
     if VERSION in _torch_compat.BACKPORT_VERSIONS:
         return "backport"
+    if MODE == "native+fixes" or (
+        VERSION in _torch_compat.FIXES_VERSIONS
+        and VERSION not in _torch_compat.FORCED_VERSIONS
+    ):
+        return "native+fixes"
     if VERSION in _torch_compat.FORCED_VERSIONS:
         return "forced"
     return None
@@ -151,7 +157,7 @@ class TestInstall(InstallTestCase):
                 f(x2)
             self.assertEqual(cnt.frame_count, 1)
         else:
-            # forced: the metadata is torch's own; the compiled graph runs on
+            # forced, native+fixes: the metadata is torch's own; the compiled graph runs on
             out = f(x2)
             out.sum().backward()
             self.assertIs(out.mesh, x2.mesh)
@@ -173,12 +179,51 @@ class TestInstall(InstallTestCase):
         f"torch {VERSION} has no native support; install() always patches",
     )
     def test_install_without_force_on_native_torch_patches_nothing(self):
+        # a native release with no known bug (this one, were it not listed
+        # as lacking upstream fixes)
         before = _slots_of(all_points())
-        st = tsrt.install()
+        with mock.patch.object(_torch_compat, "FIXES_VERSIONS", ()):
+            st = tsrt.install()
         self.assertEqual(st.mode, "native")
         self.assertEqual(st.points, ())
         self.assertTrue(st.active)
         self.assertSlotsHold(before, "native install")
+
+    @unittest.skipIf(
+        VERSION not in _torch_compat.FIXES_VERSIONS,
+        f"torch {VERSION} lacks no upstream fix we carry",
+    )
+    def test_native_release_with_known_bugs_applies_exactly_the_fix_points(self):
+        points = registry.select(all_points(), VERSION, "native+fixes")
+        self.assertTrue(points)
+        before = _slots_of(points)
+        st = tsrt.install()
+        self.assertEqual(st.mode, "native+fixes")
+        self.assertTrue(st.active)
+        self.assertEqual(st.points, tuple(p.name for p in points))
+        for p in points:
+            self.assertTrue(p.upstream_fix.startswith("PR "), p.name)
+            self.assertIn(VERSION, p.versions)
+            self.assertTrue(p.guarded_by, p.name)
+        # only fix points: native torch's own implementation stays in place
+        self.assertEqual([p for p in points if not p.upstream_fix], [])
+        tsrt.uninstall()
+        self.assertEqual(tsrt.status().mode, "off")
+        self.assertSlotsHold(before, "after uninstall of native+fixes")
+
+    @unittest.skipIf(
+        VERSION not in _torch_compat.FORCED_VERSIONS,
+        f"forced mode exists on torch {', '.join(_torch_compat.FORCED_VERSIONS)} only",
+    )
+    def test_forced_carries_the_fixes_of_its_release(self):
+        # forced mode stands for the newest release, so it has its fixes too
+        fixes = [p.name for p in registry.select(all_points(), VERSION, "native+fixes")]
+        st = tsrt.install(force=True)
+        self.assertEqual(st.mode, "forced")
+        self.assertTrue(fixes)
+        self.assertEqual(list(st.points[-len(fixes):]), fixes)
+        # a plain install() afterwards keeps forced (it has the fixes)
+        self.assertEqual(tsrt.install(), st)
 
     @unittest.skipIf(
         VERSION not in _torch_compat.BACKPORT_VERSIONS,
@@ -217,6 +262,15 @@ class TestVersionGate(InstallTestCase):
     def test_refuses_torch_2_10(self):
         self._assert_refused("2.10.0", False, _torch_compat.BACKPORT_VERSIONS)
         self._assert_refused("2.10.0+cu128", True, _torch_compat.BACKPORT_VERSIONS)
+
+    def test_mode_per_release(self):
+        choose = tsrt._choose_mode
+        for version in _torch_compat.FIXES_VERSIONS:
+            self.assertEqual(choose(version, False), "native+fixes", version)
+        self.assertEqual(choose("2.99.0", False), "native")
+        self.assertEqual(choose("2.11.0", False), "backport")
+        for version in _torch_compat.FORCED_VERSIONS:
+            self.assertEqual(choose(version, True), "forced", version)
 
     def test_refuses_force_on_unverified_native_torch(self):
         self._assert_refused("2.99.0", True, _torch_compat.FORCED_VERSIONS)
@@ -391,6 +445,30 @@ class TestRegistryTransaction(unittest.TestCase):
             self.assertEqual(journal.names(), ["t.fn", "t.method", "t.static", "t.added"])
         finally:
             self.assertEqual(journal.revert(), [])
+        self.assertUntouched()
+
+    def test_upstream_fix_stacks_on_a_point_of_the_same_target(self):
+        base = self.good_points()[0]
+        fix = _point(
+            "t.fn.fix",
+            f"{self.mod}:_harmless_fn",
+            lambda below: lambda: "fixed " + below(),
+            rebinds=(self.importer.__name__,),
+            upstream_fix="PR 1",
+        )
+        journal = registry.apply([base, fix])
+        try:
+            self.assertEqual(_harmless_fn(), "fixed patched original fn")
+            self.assertEqual(self.importer._harmless_fn(), "fixed patched original fn")
+        finally:
+            self.assertEqual(journal.revert(), [])
+        self.assertUntouched()
+
+    def test_same_target_twice_without_upstream_fix_is_refused(self):
+        base = self.good_points()[1]
+        again = _point("t.method2", f"{self.mod}:_Harmless.method", lambda o: o)
+        with self.assertRaisesRegex(PatchError, "patched twice"):
+            registry.apply([base, again])
         self.assertUntouched()
 
     def test_failing_build_touches_nothing(self):

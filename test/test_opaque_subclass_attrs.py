@@ -743,7 +743,7 @@ class TestOpaqueSubclassAttrs(TestCase):
             "are allowed in tensor attrs",
         ) as ctx:
             opt_fn(x)
-        if MODE != "native":
+        if MODE not in ("native", "native+fixes"):
             # ours (and the series') go on to say where and what to do
             msg = str(ctx.exception)
             for needle in ("ValueInAttrsSubclass._size_store", "flatten context", "typ='reference'"):
@@ -815,9 +815,10 @@ class TestOpaqueSubclassAttrs(TestCase):
         x = PlainHandleTensor(self.rand(device), PlainHandle("h"))
         opt_fn = torch.compile(fn, backend="aot_eager", fullgraph=True)
 
-        if MODE == "native":
+        if MODE in ("native", "native+fixes"):
             # Upstream's behaviour (documented, not endorsed): an internal
             # assertion that names neither the subclass nor the attribute.
+            # (native+fixes carries upstream fixes only; this one has none.)
             with self.assertRaises(Exception) as ctx:
                 opt_fn(x)
             chain = _error_chain_text(ctx.exception)

@@ -2,7 +2,8 @@
 under ``torch.compile``, on the torch people already run.
 
     import torch_subclass_rt as tsrt
-    tsrt.install()          # torch 2.11: patches; torch >= 2.12: no-op ("native")
+    tsrt.install()          # torch 2.11: patches; torch >= 2.12: native, plus the
+                            # later upstream fixes a release lacks ("native+fixes")
 
     class Mesh(tsrt.OpaqueBase): ...
     tsrt.register_opaque(Mesh, typ="reference")
@@ -43,7 +44,9 @@ class UnsupportedTorchVersion(RuntimeError):
 class Status:
     torch_version: str
     #: "backport" (2.11, patched), "native" (>= 2.12, nothing patched),
-    #: "forced" (2.13, our runtime replaces torch's), or "off"
+    #: "native+fixes" (a native release patched only with the later upstream
+    #: fixes it lacks), "forced" (2.13, our runtime replaces torch's; carries
+    #: the fixes too), or "off"
     mode: str
     #: names of the patch points currently applied
     points: tuple[str, ...] = field(default=())
@@ -51,7 +54,7 @@ class Status:
     @property
     def active(self) -> bool:
         """Opaque attrs work under torch.compile right now."""
-        return self.mode in ("backport", "native", "forced")
+        return self.mode in ("backport", "native", "native+fixes", "forced")
 
     def __repr__(self) -> str:
         return (
@@ -71,6 +74,8 @@ def _choose_mode(version: str, force: bool) -> str:
         return "backport"
     if _torch_compat.has_native_support(version):
         if not force:
+            if version in _torch_compat.FIXES_VERSIONS:
+                return "native+fixes"
             return "native"
         if version in _torch_compat.FORCED_VERSIONS:
             return "forced"
@@ -102,7 +107,9 @@ def install(force: bool = False) -> Status:
         version = torch_version()
         mode = _choose_mode(version, force)
         if _mode != "off":
-            if mode == _mode or (mode == "native" and _mode == "forced"):
+            # forced mode already carries the fixes (it stands for the
+            # newest release), so a plain install() keeps it
+            if mode == _mode or (mode in ("native", "native+fixes") and _mode == "forced"):
                 return status()
             uninstall()
         if mode == "native":

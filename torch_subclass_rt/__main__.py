@@ -30,7 +30,8 @@ def _status(args: argparse.Namespace) -> int:
         print(f"patch points for torch {st.torch_version} ({mode}; * = applied):")
         for p in pts:
             mark = "*" if p.name in st.points else " "
-            print(f"  {mark} {p.name:55s} {p.reason}")
+            fix = f" [upstream {p.upstream_fix}]" if p.upstream_fix else ""
+            print(f"  {mark} {p.name:55s} {p.reason}{fix}")
     else:
         print(f"torch {st.torch_version} ({mode}): nothing to patch")
     return 0

@@ -32,6 +32,10 @@ BACKPORT_VERSIONS: tuple[str, ...] = ("2.11.0",)
 FORCED_VERSIONS: tuple[str, ...] = ("2.13.0",)
 #: first release with native opaque attrs in ``__tensor_flatten__`` (PR 176457).
 NATIVE_SINCE: tuple[int, int] = (2, 12)
+#: native releases that lack later upstream fixes to this feature; install()
+#: applies the fix points there (mode "native+fixes", points/fixes.py). A
+#: native release not listed here has no known bug and stays "native".
+FIXES_VERSIONS: tuple[str, ...] = ("2.12.1", "2.13.0", "2.14.1")
 
 
 def torch_version() -> str:
@@ -127,3 +131,13 @@ def is_reference_opaque_type(cls: type) -> bool:
 
 def is_registered_opaque_type(cls: type) -> bool:
     return bool(_opaque_object_module().is_opaque_type(cls))
+
+
+def is_value_opaque_type(cls: type) -> bool:
+    """Registered as a value-type opaque ("value"; 2.14 spells it "constant")."""
+    mod = _opaque_object_module()
+    fn = getattr(mod, "is_opaque_constant_type", None) or mod.is_opaque_value_type
+    try:
+        return bool(fn(cls))
+    except Exception:  # noqa: BLE001 - e.g. an unhashable or odd class object
+        return False

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-MODES = ("auto", "backport", "forced", "native")
+MODES = ("auto", "backport", "forced", "native", "native+fixes")
 
 
 class DemoFailure(RuntimeError):
@@ -40,7 +40,8 @@ class DemoFailure(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class DemoConfig:
-    #: "auto": install() (backport on 2.11, native on >= 2.12); "backport",
+    #: "auto": install() (backport on 2.11, native+fixes on 2.12.1-2.14.1,
+    #: native on other >= 2.12); "backport", "native+fixes" (install()),
     #: "forced" (install(force=True)), "native" (install() is never called)
     mode: str = "auto"
     backend: str = "inductor"

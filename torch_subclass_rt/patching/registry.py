@@ -27,8 +27,10 @@ from typing import Any
 _MISSING = object()
 
 #: Modes a point can belong to. "backport": torch lacks the feature;
-#: "forced": torch has it natively and we replace its runtime with ours.
-MODES = frozenset({"backport", "forced"})
+#: "forced": torch has it natively and we replace its runtime with ours;
+#: "native+fixes": torch has it natively but lacks later upstream fixes,
+#: which are applied as points (``upstream_fix`` names the PR).
+MODES = frozenset({"backport", "forced", "native+fixes"})
 
 
 class PatchError(RuntimeError):
@@ -61,6 +63,10 @@ class PatchPoint:
     #: non-empty for a point that changes no behaviour, only speed: the
     #: benchmark figure it is worth (such a point stays out of the series)
     speed_only: str = ""
+    #: non-empty for a point that carries a later upstream fix into a torch
+    #: release that lacks it: the upstream PR ("PR 188799"), and the issue
+    #: it fixes where there is one (shown by ``status``)
+    upstream_fix: str = ""
 
     def __post_init__(self) -> None:
         if not self.modes <= MODES:
@@ -198,12 +204,12 @@ def plan(points: Sequence[PatchPoint]) -> list[_Plan]:
 
     Touches nothing in torch; raises PatchError on the first problem.
     """
-    seen: set[str] = set()
+    last: dict[str, _Plan] = {}
     plans: list[_Plan] = []
     for point in points:
-        if point.target in seen:
+        below = last.get(point.target)
+        if below is not None and not point.upstream_fix:
             raise PatchError(f"{point.name}: {point.target} is patched twice")
-        seen.add(point.target)
         owner, attr, original = _resolve(point)
         rebind_modules = []
         for mod_name in point.rebinds:
@@ -215,11 +221,22 @@ def plan(points: Sequence[PatchPoint]) -> list[_Plan]:
                     f"{point.target}; the rebind list no longer matches this torch"
                 )
             rebind_modules.append(mod)
+        if below is not None:
+            # An upstream fix stacks on the point that already replaces this
+            # attribute (the 2.11 backport's version of the same function):
+            # it wraps that replacement, and reverting it restores that
+            # replacement (Journal.revert undoes points in reverse order).
+            if point.rebinds != below.point.rebinds:
+                raise PatchError(
+                    f"{point.name}: stacks on {below.point.name} but names other rebinds"
+                )
+            original = below.replacement
         try:
             replacement = point.build(None if original is _MISSING else original)
         except Exception as e:
             raise PatchError(f"{point.name}: building the replacement failed: {e}") from e
         plans.append(_Plan(point, owner, attr, original, replacement, rebind_modules))
+        last[point.target] = plans[-1]
     return plans
 
 
@@ -264,9 +281,14 @@ def verify(journal: Journal) -> None:
     """Every journaled slot holds its replacement, and no loaded torch module
     still holds a replaced module-level function under its name (a missing
     entry in a point's ``rebinds``)."""
+    # a slot that stacked points share must hold the topmost replacement
+    top: dict[tuple[int, str], Any] = {}
     for applied in journal.applied:
         for slot in applied.slots:
-            if slot.current() is not applied.replacement:
+            top[(id(slot.owner), slot.attr)] = applied.replacement
+    for applied in journal.applied:
+        for slot in applied.slots:
+            if slot.current() is not top[(id(slot.owner), slot.attr)]:
                 raise PatchError(
                     f"{applied.point.name}: {slot.describe()} does not hold the "
                     "replacement after install"

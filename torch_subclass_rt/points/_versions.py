@@ -12,3 +12,21 @@ ONLY_BACKPORT = {"versions": BACKPORT, "modes": frozenset({"backport"})}
 RUNTIME = {"versions": BACKPORT | FORCED, "modes": frozenset({"backport", "forced"})}
 #: forced-only: adapts torch >= 2.12's native code to our runtime.
 ONLY_FORCED = {"versions": FORCED, "modes": frozenset({"forced"})}
+
+
+def upstream_fix(*versions: str) -> dict:
+    """Versions/modes of a point that carries a later upstream fix into the
+    listed releases (those that lack it): "native+fixes" on a native release,
+    "forced" on a forced one (forced mode stands for the newest release, so it
+    carries the fixes too), and "backport" where 2.11.0 is listed."""
+    from .._torch_compat import FIXES_VERSIONS
+
+    unknown = set(versions) - set(FIXES_VERSIONS) - BACKPORT
+    if unknown:
+        raise ValueError(f"upstream_fix: no mode for torch {sorted(unknown)}")
+    modes = {"native+fixes"}
+    if set(versions) & FORCED:
+        modes.add("forced")
+    if set(versions) & BACKPORT:
+        modes.add("backport")
+    return {"versions": frozenset(versions), "modes": frozenset(modes)}

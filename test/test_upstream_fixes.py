@@ -1,0 +1,279 @@
+"""Bugs in native torch's opaque-in-subclass support that upstream fixed
+after a release, each reproduced on every release that has it.
+
+Every test is marked :func:`harness.upstream_bug` with the upstream PR and the
+releases that ship the bug: run in mode ``native`` (nothing installed) on
+such a release it must fail (xfail); with ``install()`` (``native+fixes``,
+``forced``, ``backport``) or the patch series (``patched``) it must pass.
+The fixes are the points in ``torch_subclass_rt/points/fixes.py``.
+Test names follow the upstream tests of the same cases.
+"""
+
+from __future__ import annotations
+
+import unittest
+
+import harness
+
+MODE = harness.setup_mode()
+
+import torch  # noqa: E402
+import torch._dynamo.exc  # noqa: E402
+import torch.utils._pytree as pytree  # noqa: E402
+from torch._dynamo.test_case import TestCase  # noqa: E402
+from torch._library.opaque_object import MemberType  # noqa: E402
+
+import torch_subclass_rt as tsrt  # noqa: E402
+
+NATIVE = harness.torch_major_minor() >= (2, 12)
+
+
+class QuantConfig(tsrt.OpaqueBase):
+    """A value-type opaque (compared by ``__eq__``): subclass metadata."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, QuantConfig) and other.tag == self.tag
+
+    def __hash__(self) -> int:
+        return hash(self.tag)
+
+    def __fx_repr__(self):
+        return f"QuantConfig({self.tag!r})", {"QuantConfig": QuantConfig}
+
+
+class Quantizer(tsrt.OpaqueBase):
+    """A value-type opaque that is also callable, like a quantizer."""
+
+    def __init__(self, num_buffers: int) -> None:
+        self.num_buffers = num_buffers
+
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def get_num_buffers(self) -> int:
+        return self.num_buffers
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Quantizer) and other.num_buffers == self.num_buffers
+
+    def __hash__(self) -> int:
+        return hash(self.num_buffers)
+
+    def __fx_repr__(self):
+        return f"Quantizer({self.num_buffers})", {"Quantizer": Quantizer}
+
+
+# Members are declared: torch 2.11 only lets Dynamo read members of a value
+# opaque that are registered (2.12 reads any).
+tsrt.register_opaque(QuantConfig, typ="value", members={"tag": MemberType.USE_REAL})
+tsrt.register_opaque(
+    Quantizer, typ="value", members={"get_num_buffers": MemberType.USE_REAL}
+)
+
+
+class MetaTensor(torch.Tensor):
+    """A wrapper subclass whose flatten *context* holds a value opaque."""
+
+    @staticmethod
+    def __new__(cls, data, meta):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, data.shape, dtype=data.dtype, device=data.device
+        )
+
+    def __init__(self, data, meta):
+        self._data = data
+        self._meta = meta
+
+    def __repr__(self):
+        # the default repr reads values, which a fake tensor in a log line cannot
+        return f"MetaTensor({self._data!r}, {type(self._meta).__name__})"
+
+    def __tensor_flatten__(self):
+        return ["_data"], {"meta": self._meta}
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        return MetaTensor(inner["_data"], ctx["meta"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        meta = next(a._meta for a in pytree.tree_leaves(args) if isinstance(a, MetaTensor))
+        args, kwargs = pytree.tree_map_only(MetaTensor, lambda t: t._data, (args, kwargs))
+        out = func(*args, **kwargs)
+        return pytree.tree_map_only(torch.Tensor, lambda t: MetaTensor(t, meta), out)
+
+
+class TestUpstreamFixes(TestCase):
+    @unittest.skipUnless(
+        NATIVE,
+        "needs value opaques as Dynamo graph outputs (upstream PR 177560, torch "
+        ">= 2.12), which 2.11 lacks and the backport does not carry",
+    )
+    @harness.upstream_bug(
+        "PR 193190 (on these releases; upstream also PR 187057, issue 187041)",
+        broken_on=("2.12.1", "2.13.0"),
+        fails_with=(AssertionError,),
+    )
+    def test_value_type_graph_output_subclass_metadata_side_effect(self):
+        # A value opaque created in the graph is both subclass metadata and
+        # stored through a side effect: the stored object must be the real
+        # one (the buggy releases replay the graph's FakeScriptObject).
+        store = {}
+
+        def f(x):
+            cfg = QuantConfig("int8")
+            store["cfg"] = cfg
+            return MetaTensor(x, cfg) * 2
+
+        out = torch.compile(f, backend="aot_eager", fullgraph=True)(torch.ones(3))
+        self.assertIsInstance(out, MetaTensor)
+        self.assertEqual(out._data, torch.full((3,), 2.0))
+        # type(), not isinstance: a FakeScriptObject passes isinstance checks
+        # against the opaque class it wraps
+        self.assertIs(type(out._meta), QuantConfig)
+        self.assertIs(type(store["cfg"]), QuantConfig)
+        self.assertEqual(store["cfg"], QuantConfig("int8"))
+
+    @unittest.skipUnless(
+        NATIVE,
+        "needs value opaques as Dynamo graph outputs (upstream PR 177560, torch "
+        ">= 2.12), which 2.11 lacks and the backport does not carry",
+    )
+    @harness.upstream_bug(
+        "PR 193190", broken_on=("2.12.1", "2.13.0", "2.14.1"),
+        fails_with=(AssertionError,),
+    )
+    def test_opaque_constant_with_subclass_output_cache_hit(self):
+        # A value opaque made in the graph is returned next to a subclass
+        # output. The buggy releases turn it into a FakeScriptObject constant
+        # of the AOT graph: Python gets that object on a cold compile (2.12,
+        # 2.13) and None once the FX graph cache serves the graph (all three).
+        from torch._inductor import utils as inductor_utils
+
+        fresh_cache = getattr(inductor_utils, "fresh_cache", None) or (
+            inductor_utils.fresh_inductor_cache
+        )
+
+        def f(x):
+            cfg = QuantConfig("fp8")
+            return MetaTensor(x, cfg) + 1, cfg
+
+        with fresh_cache():
+            for run in ("cold", "fx-graph-cache hit"):
+                torch._dynamo.reset()
+                out, cfg = torch.compile(f, backend="inductor", fullgraph=True)(
+                    torch.ones(3)
+                )
+                self.assertIs(type(cfg), QuantConfig, run)
+                self.assertEqual(cfg, QuantConfig("fp8"))
+                self.assertIsInstance(out, MetaTensor)
+                self.assertEqual(out._data, torch.full((3,), 2.0))
+                self.assertEqual(out._meta, QuantConfig("fp8"))
+
+    @harness.upstream_bug(
+        "PR 188799 (issue 188796)", broken_on=("2.11.0", "2.12.1", "2.13.0", "2.14.1"),
+        fails_with=(torch._dynamo.exc.Unsupported,),
+    )
+    def test_tensor_subclass_with_callable_opaque_attr(self):
+        # Calling a method of a callable value opaque read off an
+        # intermediate subclass (no source) graph-broke: only non-callable
+        # metadata was accepted there.
+        def f(x):
+            y = x * 2
+            return y._data * y._meta.get_num_buffers()
+
+        x = MetaTensor(torch.ones(3), Quantizer(3))
+        out = torch.compile(f, backend="aot_eager", fullgraph=True)(x)
+        self.assertEqual(out, torch.full((3,), 6.0))
+
+    def test_non_callable_value_opaque_attr_still_works(self):
+        # The control case of the one above: every release handles it, and
+        # the fix must not change it.
+        def f(x):
+            y = x * 2
+            return y._data * len(y._meta.tag)
+
+        x = MetaTensor(torch.ones(3), QuantConfig("abcd"))
+        out = torch.compile(f, backend="aot_eager", fullgraph=True)(x)
+        self.assertEqual(out, torch.full((3,), 8.0))
+
+    @unittest.skipUnless(NATIVE, "torch.export of value opaques needs torch >= 2.12")
+    @harness.upstream_bug(
+        "issue 179870 (open upstream; PR 181676 unmerged)",
+        broken_on=("2.12.1", "2.13.0", "2.14.1"), carried=False,
+        fails_with=(RuntimeError,),
+    )
+    def test_export_save_load_opaque_constant(self):
+        # A value opaque baked into an exported program: 2.12.1 cannot save
+        # it (SerializeError), 2.13.0/2.14.1 save a custom-object argument
+        # without its value and fail to load. Not carried: the fix is inside
+        # the export serializer (torch/_export/serde), no point can reach it
+        # from outside short of replacing the (de)serializer, so the test
+        # records the bug in every mode.
+        import io
+
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.cfg = QuantConfig("int4")
+
+            def forward(self, x):
+                return torch.ops.tsrt_fixes_test.scale(x, self.cfg)
+
+        ep = torch.export.export(M(), (torch.ones(3),))
+        buf = io.BytesIO()
+        torch.export.save(ep, buf)
+        buf.seek(0)
+        loaded = torch.export.load(buf)
+        self.assertEqual(loaded.module()(torch.ones(3)), torch.full((3,), 4.0))
+
+
+if NATIVE:  # a value opaque in a custom op's schema: torch >= 2.12
+
+    @torch.library.custom_op("tsrt_fixes_test::scale", mutates_args=())
+    def _scale(x: torch.Tensor, cfg: QuantConfig) -> torch.Tensor:
+        return x * len(cfg.tag)
+
+    @_scale.register_fake
+    def _(x, cfg):
+        return torch.empty_like(x)
+
+
+class TestUpstreamFixesCUDA(TestCase):
+    @unittest.skipUnless(
+        torch.cuda.is_available(),
+        "CUDA graphs (mode='reduce-overhead') need a CUDA device; none here",
+    )
+    @harness.upstream_bug(
+        "PR 179793", broken_on=("2.11.0",), carried=False,
+        fails_with=(AssertionError, RuntimeError, torch._dynamo.exc.BackendCompilerFailed),
+    )
+    def test_opaque_input_through_cudagraph_trees(self):
+        # A reference opaque (the mesh handle, a graph input next to the
+        # local tensor) in the CUDA-graph tree pipeline: 2.11 refused the
+        # graph ("non-Tensor inputs") or copied the opaque like a tensor.
+        # 2.12+ ship the fix; the 2.11 backport does not carry it (no GPU
+        # was available to verify one), so the test records the bug there.
+        from torch._dynamo.utils import counters
+
+        from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
+
+        counters.clear()
+        f = torch.compile(lambda x: x.sin() + 1, mode="reduce-overhead", fullgraph=True)
+        for name in ("a", "b", "c"):
+            mesh = MeshHandle(name)
+            local = torch.randn(8, device="cuda")
+            out = f(MeshTensor(local, mesh))
+            self.assertIs(out.mesh, mesh)
+            self.assertEqual(out._local, local.sin() + 1)
+        self.assertEqual(counters["inductor"]["cudagraph_skips"], 0)
+
+
+if __name__ == "__main__":
+    from torch._dynamo.test_case import run_tests
+
+    run_tests()
