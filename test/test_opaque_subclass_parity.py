@@ -21,6 +21,7 @@ mode named by TSRT_MODE (native / backport / forced / patched).
 from __future__ import annotations
 
 import unittest
+import unittest.mock
 
 import harness
 
