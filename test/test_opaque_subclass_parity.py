@@ -290,6 +290,39 @@ class TestOpaqueSubclassParity(TestCase):
         self.assertIs(out.grid, x.grid)
 
 
+class TestKnownNativeLimitations(TestCase):
+    """Found by the differential suite (test/differential): native torch 2.13
+    gets these wrong and the backport gets them right. Expected failures
+    on >= 2.12 (native and forced: the parts at fault are native), so a
+    torch that fixes them shows up as an unexpected success."""
+
+    def _broken_sharing_after_cache_hit(self):
+        from torch._inductor.utils import fresh_inductor_cache
+
+        with fresh_inductor_cache(), torch._functorch.config.patch(
+            enable_autograd_cache=True
+        ), torch._inductor.config.patch(fx_graph_cache=True):
+            torch._dynamo.reset()
+            cnt = CompileCounterWithBackend("inductor")
+            opt = torch.compile(lambda a, b: (a + 1, b * 2), backend=cnt, fullgraph=True)
+            shared = Grid("shared")
+            opt(GridTensor(torch.randn(4), shared), GridTensor(torch.randn(4), shared))
+            ga, gb = Grid("a"), Grid("b")
+            out_a, out_b = opt(GridTensor(torch.randn(4), ga), GridTensor(torch.randn(4), gb))
+            self.assertEqual(cnt.frame_count, 2)  # the identity guard recompiled
+            self.assertIs(out_a.grid, ga)
+            # native: the recompiled graph hits the cache entry of the shared
+            # one, whose wrapper hands both outputs the first input's grid
+            self.assertIs(out_b.grid, gb)
+
+    if harness.torch_major_minor() >= (2, 12):
+        test_broken_sharing_after_cache_hit_inductor = unittest.expectedFailure(
+            _broken_sharing_after_cache_hit
+        )
+    else:
+        test_broken_sharing_after_cache_hit_inductor = _broken_sharing_after_cache_hit
+
+
 _GENERIC = TestOpaqueSubclassParity
 harness.instantiate_cpu_and_cuda(_GENERIC, globals())
 

@@ -111,3 +111,171 @@ class TestDifferentialTransparency(unittest.TestCase):
                 gen.reproducer(case, f"TSRT_FUZZ_SEED={SEED}", repr(e)[:4000], data_seed,
                                check="check_transparency")
             ) from e
+
+
+# --------------------------------------------------------------------------
+# transparency arm, fixed cases: the paths a random program does not reach
+
+
+def _stock_vs_install(test, run):
+    """``run()`` -> observation (any comparable value; an exception becomes
+    (type, message)); stock torch 2.11 and install() must agree."""
+    import re
+
+    import torch_subclass_rt as tsrt
+
+    def observe():
+        torch._dynamo.reset()
+        try:
+            return run()
+        except Exception as e:  # noqa: BLE001 - compared, not swallowed
+            return ("error", type(e).__name__, re.sub(r"0x[0-9a-f]+", "0x?", str(e)))
+
+    tsrt.uninstall()
+    try:
+        stock = observe()
+    finally:
+        tsrt.install()
+    ours = observe()
+    test.assertEqual(stock, ours, "install() changed what a subclass without opaques observes")
+    return ours
+
+
+def _two(requires_grad=False, shape=(3, 4)):
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
+    return TwoTensor(a, b).requires_grad_(requires_grad)
+
+
+def _vals(t):
+    if hasattr(t, "__tensor_flatten__"):
+        return (type(t).__name__, [_vals(getattr(t, a)) for a in t.__tensor_flatten__()[0]])
+    return t.detach().tolist()
+
+
+@unittest.skipUnless(
+    MODE == "backport",
+    "transparency arm: stock vs install() on torch 2.11 (on >= 2.12 install() is native)",
+)
+class TestTransparencyFixed(unittest.TestCase):
+    def test_compiled_autograd(self):
+        from torch._dynamo import compiled_autograd
+        from torch._dynamo.testing import CompileCounterWithBackend
+
+        def run():
+            cnt = CompileCounterWithBackend("aot_eager")
+            x = _two(requires_grad=True)
+            out = torch.compile(lambda t: (t.sin() * 2).sum(), backend="aot_eager")(x)
+            with compiled_autograd._enable(torch.compile(backend=cnt)):
+                out.backward()
+            return _vals(x.grad), cnt.frame_count
+
+        _stock_vs_install(self, run)
+
+    def test_autograd_and_fx_graph_caches(self):
+        from torch._dynamo.utils import counters
+        from torch._inductor.utils import fresh_inductor_cache
+
+        def run():
+            seen = []
+            with fresh_inductor_cache(), torch._functorch.config.patch(
+                enable_autograd_cache=True
+            ), torch._inductor.config.patch(fx_graph_cache=True):
+                for _ in range(2):
+                    torch._dynamo.reset()
+                    counters.clear()
+                    x = _two(requires_grad=True)
+                    out = torch.compile(lambda t: t.cos() + 1, backend="inductor")(x)
+                    out.sum().backward()
+                    seen.append((
+                        _vals(out), _vals(x.grad),
+                        dict(counters["aot_autograd"]), dict(counters["inductor"]).get("fxgraph_cache_hit"),
+                    ))
+            return seen
+
+        seen = _stock_vs_install(self, run)
+        self.assertIsInstance(seen, list)  # not an error
+        self.assertEqual(seen[1][2].get("autograd_cache_hit"), 1)
+
+    def test_mark_dynamic(self):
+        from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend, normalize_gm
+
+        def run():
+            rec = AotEagerAndRecordGraphs()
+            cnt = CompileCounterWithBackend(rec)
+            f = torch.compile(lambda t: (t * 2).sum(0), backend=cnt)
+            outs = []
+            for n in (3, 5, 7):
+                x = _two(shape=(n, 4))
+                torch._dynamo.mark_dynamic(x, 0)
+                outs.append(_vals(f(x)))
+            graphs = [normalize_gm(g.print_readable(print_output=False))
+                      for g in (*rec.graphs, *rec.fw_graphs)]
+            return outs, cnt.frame_count, graphs
+
+        _stock_vs_install(self, run)
+
+    def test_export(self):
+        class M(torch.nn.Module):
+            def forward(self, x):
+                return x.sin() + 1
+
+        def run(strict):
+            ep = torch.export.export(M(), (_two(),), strict=strict)
+            return str(ep.graph_module.code).strip(), str(ep.graph_signature)
+
+        for strict in (False, True):
+            with self.subTest(strict=strict):
+                _stock_vs_install(self, lambda: run(strict))
+
+    def test_aot_module_simplified(self):
+        from torch._functorch.aot_autograd import aot_module_simplified
+        from torch._dynamo.testing import normalize_gm
+
+        def run():
+            graphs = []
+
+            def record(gm, _inputs):
+                graphs.append(normalize_gm(gm.print_readable(print_output=False)))
+                return gm.forward
+
+            def backend(gm, inputs):
+                return aot_module_simplified(gm, inputs, fw_compiler=record, bw_compiler=record)
+
+            x = _two(requires_grad=True)
+            out = torch.compile(lambda t: t.relu() * t, backend=backend)(x)
+            out.sum().backward()
+            return _vals(out), _vals(x.grad), graphs
+
+        _stock_vs_install(self, run)
+
+    def test_inductor_freezing_with_subclass_parameters(self):
+        # Known (issue 12, bug 1), fixed on another branch: with install(),
+        # frozen subclass parameters reach the generated per-call wrapper as
+        # None. Until that lands this reports the known failure as a skip;
+        # any other difference fails.
+        from torch.testing._internal.two_tensor import TwoTensor
+
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = torch.nn.Parameter(TwoTensor(torch.ones(4, 4), torch.ones(4, 4) * 2))
+
+            def forward(self, x):
+                return x @ self.w
+
+        def run():
+            with torch._inductor.config.patch(freezing=True), torch.no_grad():
+                m = M().eval()
+                out = torch.compile(m, backend="inductor")(_two(shape=(3, 4)))
+                return _vals(out)
+
+        try:
+            _stock_vs_install(self, run)
+        except AssertionError as e:
+            if "expected a TwoTensor (the subclass it was compiled for), got a NoneType" in str(e):
+                self.skipTest("known: frozen subclass parameters reach our wrapper as None "
+                              "(issue 12 bug 1, being fixed on another branch)")
+            raise
