@@ -62,7 +62,36 @@ class Scale(tsrt.OpaqueBase):
         return f"Scale({self.factor!r})", {"Scale": Scale}
 
 
+class Slot(tsrt.OpaqueBase):
+    """Reference-type opaque with a method traced through (INLINED)."""
+
+    def __init__(self, start):
+        self.start = start
+
+    def start_tensor(self):
+        return torch.scalar_tensor(self.start)
+
+
+class Slots(tsrt.OpaqueBase):
+    """Reference-type opaque indexed inside the function; like a device
+    mesh's ``__getitem__``, indexing builds a new object."""
+
+    def __init__(self, starts):
+        self.starts = starts
+
+    def __getitem__(self, i):
+        return Slot(self.starts[i])
+
+
 tsrt.register_opaque(Grid, typ="reference")
+tsrt.register_opaque(
+    Slot, typ="reference", guard_fn=lambda s: [s.start],
+    members={"start": MemberType.USE_REAL, "start_tensor": MemberType.INLINED},
+)
+tsrt.register_opaque(
+    Slots, typ="reference", guard_fn=lambda s: [tuple(s.starts)],
+    members={"starts": MemberType.USE_REAL, "__getitem__": MemberType.INLINED},
+)
 tsrt.register_opaque(Scale, typ="value", members={"factor": MemberType.USE_REAL})
 
 
@@ -225,6 +254,24 @@ class TestOpaqueSubclassParity(TestCase):
         x2 = _grid_tensor("x2", scale=Scale(3.0))
         out2, grid2 = opt(x2)
         self.assertIs(grid2, x2.grid)
+        self.assertEqual(cnt.frame_count, 1)
+
+    def test_getitem(self, device):
+        # after upstream's test of the same name: a subclass holding a
+        # reference opaque that is indexed (an INLINED __getitem__ building a
+        # new opaque) and whose result's INLINED method makes a tensor.
+        def fn(x):
+            y = x * 2 + 1
+            return y * y.grid[1].start_tensor()
+
+        x = GridTensor(torch.randn(5), Slots([3, 4]))
+        opt, cnt = self._compile(fn)
+        out = opt(x)
+        self.assertIs(out.grid, x.grid)
+        self.assertEqual(out.data_, (x.data_ * 2 + 1) * 4)
+        x2 = GridTensor(torch.randn(5), Slots([3, 4]))
+        out2 = opt(x2)
+        self.assertIs(out2.grid, x2.grid)
         self.assertEqual(cnt.frame_count, 1)
 
     def test_value_type_opaque_unregistered_member_is_not_a_subclass_error(self, device):
