@@ -12,7 +12,11 @@ setup(
     # torch is not pinned here: the package supports 2.11.0 (backport) and
     # >= 2.12 (native); install the torch you run first (see README).
     install_requires=["torch>=2.11"],
-    # numpy: torch.testing._internal (device-type test instantiation) imports it
+    # numpy: torch.testing._internal (device-type test instantiation) imports it;
+    # hypothesis: the property-based differential suite (test/differential)
     # bench: the plot of benchmarks/scaling.py (optional; skipped without it)
-    extras_require={"test": ["pytest", "expecttest", "numpy"], "bench": ["matplotlib"]},
+    extras_require={
+        "test": ["pytest", "expecttest", "numpy", "hypothesis"],
+        "bench": ["matplotlib"],
+    },
 )

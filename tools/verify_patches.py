@@ -46,11 +46,14 @@ SUITES = (
     REPO_ROOT / "test" / "test_opaque_subclass_attrs.py",
     REPO_ROOT / "test" / "test_opaque_attr_tracing.py",
     REPO_ROOT / "test" / "test_point_guards.py",
+    # no dumps; run against the patched torch for the series' behaviour
+    REPO_ROOT / "test" / "test_opaque_subclass_parity.py",
 )
 #: the series' own test files (each added by its last commits), run in-tree
 IN_TREE_TESTS = (
     "test/test_opaque_subclass_attrs.py",
     "test/test_opaque_subclass_fixes.py",
+    "test/test_opaque_subclass_parity.py",
 )
 
 # Runs the suite under pytest; the harness writes every graph dump it

@@ -48,3 +48,10 @@ def check_tensor_or_opaque(subclass: Any, attr: str, inner: Any) -> None:
     """
     if not is_tensor_or_opaque(inner):
         raise errors.unregistered_object_in_tensor_attrs(subclass, attr, inner)
+
+
+def same_object(obj: Any) -> Any:
+    """Unpickle function for an opaque inner attr in Dynamo's guard state:
+    the opaque itself is pickled (by its own reduce), and comes back as is.
+    Module-level, so pickle stores it by name."""
+    return obj

@@ -143,6 +143,8 @@ def _build_handle_traced_output(original):
 def _build_codegen_call(original):
     # Returning an opaque (`return y, y.mesh`): its TorchScriptObjectVariable
     # is a graph output like a tensor (2.12 adds it to this isinstance list).
+    # A value-type opaque constant built in the function has no graph node;
+    # it is loaded as a global instead (2.11's FX codegen cannot print it).
     # codegen.py does not import the class, so it is named through `torch`.
     return edited_function(
         original,
@@ -160,6 +162,22 @@ def _build_codegen_call(original):
                 ):
                 """,
                 """
+                elif isinstance(
+                    value, torch._dynamo.variables.script_object.TorchScriptObjectVariable
+                ) and not isinstance(value.proxy, torch.fx.Proxy):
+                    # A value-type opaque made inside the function (no graph
+                    # node: its "proxy" is the object). 2.11's FX codegen would
+                    # write its repr into the graph's source (SyntaxError);
+                    # 2.13 emits it through __fx_repr__. Equal by value either
+                    # way, so the bytecode loads the object itself.
+                    output.append(
+                        self.create_load_global(
+                            self.tx.output.install_global_by_id(
+                                "___tsrt_opaque_value", value.proxy
+                            ),
+                            add=True,
+                        )
+                    )
                 elif isinstance(
                     value,
                     (
@@ -245,6 +263,10 @@ POINTS = [
         reason="an opaque (TorchScriptObjectVariable) returned as a graph output",
         guarded_by=(
             "test/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_return_intermediate_mesh_cpu",
+            "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
+            "::test_return_value_opaque_constant_cpu",
+            "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
+            "::test_tensor_subclass_with_opaque_attr_cpu",
         ),
         **ONLY_BACKPORT,
     ),

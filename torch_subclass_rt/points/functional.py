@@ -74,6 +74,34 @@ def is_fun(t: object) -> bool:
     return isinstance(t, FunctionalTensor)
 
 
+def sc_visit(t: Any, fn: Any, reduce_fn: Any, accum_init: Any) -> Any:
+    """Replaces ``graph_capture_wrappers.sc_visit`` (torch 2.11.0).
+
+    Differs from 2.11: opaque attrs of a subclass are skipped, as in torch
+    2.12. Its callers (the mutation/storage counters read while tracing the
+    joint graph of a function that mutates a subclass input) apply ``fn`` to
+    each leaf's ``.elem``; a FakeScriptObject has none and raised
+    ``AttributeError: ... attr 'elem' on a FakeScriptObject``.
+    """
+    if not is_traceable_wrapper_subclass(t):
+        return fn(t)
+    accum = accum_init
+
+    def visit(e: Any) -> None:
+        nonlocal accum
+        if not is_traceable_wrapper_subclass(e):
+            accum = reduce_fn(accum, fn(e))
+            return
+        for attr in e.__tensor_flatten__()[0]:
+            inner = getattr(e, attr)
+            if not isinstance(inner, Tensor) and is_opaque_object(inner):
+                continue
+            visit(inner)
+
+    visit(t)
+    return accum
+
+
 def _neutral(
     name: str, neutral: Any, reason: str, rebinds: tuple[str, ...], guarded_by: tuple[str, ...]
 ) -> PatchPoint:
@@ -93,6 +121,17 @@ _GCW = f"{_AOT}.graph_capture_wrappers"
 _ROOT = "torch._functorch.aot_autograd"
 
 POINTS = [
+    PatchPoint(
+        name="functional.sc_visit",
+        target=f"{_GCW}:sc_visit",
+        build=lambda _original: sc_visit,
+        reason="mutation counters of a mutated subclass input read .elem of an opaque",
+        guarded_by=(
+            "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
+            "::test_inplace_mutation_of_subclass_input_with_grad_cpu",
+        ),
+        **ONLY_BACKPORT,
+    ),
     PatchPoint(
         name="functional.is_fun",
         target=f"{_FU}:is_fun",

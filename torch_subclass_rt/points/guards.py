@@ -41,7 +41,55 @@ def _build_produce_guards_verbose(original):
     )
 
 
+def _build_guards_state_reducer_override(original):
+    """``GuardsStatePickler.reducer_override`` (torch 2.11.0) with one edit.
+
+    Pickling Dynamo's guard state (precompile / ``caching_precompile``)
+    reduces a subclass input by calling ``reducer_override`` on each inner
+    attr and storing ``(attr, func, args)``; for an opaque it answers
+    ``NotImplemented`` ("pickle it the normal way"), which 2.11 unpacked as a
+    pair: ``TypeError: cannot unpack non-iterable NotImplementedType
+    object``. Torch 2.12 stores the inner value itself and lets pickle reduce
+    it; here the opaque is stored behind an identity unpickle function, which
+    keeps 2.11's (attr, func, args) layout for every tensor attr.
+    """
+    return edited_function(
+        original,
+        [
+            Edit(
+                """
+                func, args_tuple = self.reducer_override(inner)
+                inner_data.append((attr, func, args_tuple))
+                """,
+                f"""
+                from {_HELPERS} import (
+                    is_opaque_attr as _tsrt_is_opaque_attr,
+                    same_object as _tsrt_same_object,
+                )
+
+                if _tsrt_is_opaque_attr(inner):
+                    inner_data.append((attr, _tsrt_same_object, (inner,)))
+                    continue
+                func, args_tuple = self.reducer_override(inner)
+                inner_data.append((attr, func, args_tuple))
+                """,
+            ),
+        ],
+    )
+
+
 POINTS = [
+    PatchPoint(
+        name="guards.GuardsStatePickler.reducer_override",
+        target="torch._dynamo.guards:GuardsStatePickler.reducer_override",
+        build=_build_guards_state_reducer_override,
+        reason="guard-state pickling unpacked NotImplemented for an opaque inner attr",
+        guarded_by=(
+            "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
+            "::test_guard_pickle_subclass_with_opaque_inner_attr_cpu",
+        ),
+        **ONLY_BACKPORT,
+    ),
     PatchPoint(
         name="guards.ShapeEnv.produce_guards_verbose",
         target="torch.fx.experimental.symbolic_shapes:ShapeEnv.produce_guards_verbose",

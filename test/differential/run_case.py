@@ -1,0 +1,246 @@
+"""Run one differential case: eager vs compiled, and stock vs install().
+
+:func:`check_case` (opaque arm, every mode): eager and compiled agree on
+values, output types, which opaque object each output and grad carries (by
+identity), a second call with fresh opaques of the same sharing neither
+recompiles nor loses identities, and breaking the sharing recompiles and
+still agrees.
+
+:func:`observe` (transparency arm, torch 2.11): everything observable about
+compiling a case once - outputs, grads, Dynamo/AOT graph dumps, compile
+count, or the error's type and first line - for comparing stock torch with
+install().
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._dynamo.testing import CompileCounterWithBackend, normalize_gm
+
+import gen
+from gen import FuzzTensor
+
+
+def _structure(x, labels):
+    """Comparable description of a value: type, opaque identities (as the
+    label of the object in ``labels``), inner structure."""
+    if isinstance(x, FuzzTensor):
+        return (
+            "FuzzTensor",
+            tuple(labels.get(id(o), ("foreign", repr(o))) for o in x.opaques()),
+            x.ctx if not isinstance(x.ctx, gen.Scale) else ("Scale", x.ctx.factor),
+            tuple(_structure(t, labels) for t in x.tensors()),
+        )
+    if isinstance(x, torch.Tensor):
+        return ("Tensor", tuple(x.shape), x.dtype)
+    if isinstance(x, gen.Handle):
+        return ("Handle", labels.get(id(x), ("foreign", repr(x))))
+    return (type(x).__name__,)
+
+
+def _leaves(x):
+    if isinstance(x, FuzzTensor):
+        return [leaf for t in x.tensors() for leaf in _leaves(t)]
+    if isinstance(x, torch.Tensor):
+        return [x.detach()]
+    return []
+
+
+def _labels_of(objs):
+    return {id(o): key for key, o in objs.items()}
+
+
+def _grads(case, inputs, outs):
+    """Grads of every requires-grad input for the sum of all float outputs,
+    with tangents like the outputs (ones, same subclass and opaques)."""
+    want = [x for x, s in zip(inputs, case.inputs) if s.requires_grad]
+    diff = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
+    if not want or not diff:
+        return None
+    grads = torch.autograd.grad(
+        diff, want, [torch.ones_like(o) for o in diff], allow_unused=True
+    )
+    return list(grads)
+
+
+def _run(fn, case, data, objs, split, backward):
+    inputs = gen.make_inputs(case, data, objs, split)
+    outs = fn(*inputs)
+    result = {"outs": outs, "inputs": inputs}
+    # an output that *is* an input: remember which
+    result["aliases"] = [
+        next((i for i, x in enumerate(inputs) if o is x), None) for o in outs
+    ]
+    if backward:
+        result["grads"] = _grads(case, inputs, outs)
+    # in-place ops on inputs: their data after the call
+    result["inputs_after"] = [_leaves(x) for x in inputs]
+    return result
+
+
+def _compare(case, eager, comp, labels, what):
+    def fail(msg):
+        raise AssertionError(f"{what}: {msg}")
+
+    if len(eager["outs"]) != len(comp["outs"]):
+        fail(f"{len(eager['outs'])} outputs eager, {len(comp['outs'])} compiled")
+    for k, (e, c) in enumerate(zip(eager["outs"], comp["outs"])):
+        se, sc = _structure(e, labels), _structure(c, labels)
+        if se != sc:
+            fail(f"output {k}: eager {se} != compiled {sc}")
+        for le, lc in zip(_leaves(e), _leaves(c)):
+            torch.testing.assert_close(lc, le, rtol=1e-4, atol=1e-4, msg=lambda m: f"{what}: output {k}: {m}")
+    if eager["aliases"] != comp["aliases"]:
+        fail(f"outputs aliasing inputs: eager {eager['aliases']} compiled {comp['aliases']}")
+    for k, (e, c) in enumerate(zip(eager["inputs_after"], comp["inputs_after"])):
+        for le, lc in zip(e, c):
+            torch.testing.assert_close(lc, le, rtol=1e-4, atol=1e-4, msg=lambda m: f"{what}: input {k} after the call: {m}")
+    ge, gc = eager.get("grads"), comp.get("grads")
+    if (ge is None) != (gc is None):
+        fail(f"grads: eager {ge is not None} compiled {gc is not None}")
+    if ge is not None:
+        for k, (e, c) in enumerate(zip(ge, gc)):
+            se, sc = _structure(e, labels), _structure(c, labels)
+            if se != sc:
+                fail(f"grad {k}: eager {se} != compiled {sc}")
+            for le, lc in zip(_leaves(e), _leaves(c)):
+                torch.testing.assert_close(lc, le, rtol=1e-4, atol=1e-4, msg=lambda m: f"{what}: grad {k}: {m}")
+
+
+def _shares_between_used_inputs(case):
+    """An opaque shared by two inputs the function reads: breaking that
+    sharing must recompile (Dynamo guards only what the function uses)."""
+    import re
+
+    body = case.source.split("\n", 1)[1]
+    owners: dict = {}
+    for i, s in enumerate(case.inputs):
+        if re.search(rf"\bx{i}\b", body):
+            for lab in (*s.opaque_labels, *s.outer_labels):
+                owners.setdefault(lab, set()).add(i)
+    return any(len(v) > 1 for v in owners.values())
+
+
+def _has_sharing(case):
+    seen = set()
+    for s in case.inputs:
+        for lab in (*s.opaque_labels, *s.outer_labels):
+            if lab in seen:
+                return True
+            seen.add(lab)
+    return False
+
+
+def _mark_dynamic(case, inputs):
+    for x, s in zip(inputs, case.inputs):
+        if s.dynamic:
+            torch._dynamo.mark_dynamic(x, 0)
+
+
+def check_case(case: gen.Case, seed: int = 0) -> None:
+    torch._dynamo.reset()
+    fn = gen.compile_fn(case)
+    g = torch.Generator().manual_seed(seed)
+    data = gen.make_data(case, g)
+    cnt = CompileCounterWithBackend(case.backend)
+    compiled = torch.compile(fn, backend=cnt, fullgraph=True)
+
+    def compiled_call(*inputs):
+        _mark_dynamic(case, inputs)
+        return compiled(*inputs)
+
+    # 1. first call
+    objs = gen.make_opaques(case, "1")
+    labels = _labels_of(objs)
+    eager = _run(fn, case, data, objs, False, case.backward)
+    comp = _run(compiled_call, case, data, objs, False, case.backward)
+    _compare(case, eager, comp, labels, "first call")
+    frames = cnt.frame_count
+
+    # 2. fresh opaques, same sharing: no recompile, identities follow
+    objs2 = gen.make_opaques(case, "2")
+    labels2 = _labels_of(objs2)
+    eager = _run(fn, case, data, objs2, False, case.backward)
+    comp = _run(compiled_call, case, data, objs2, False, case.backward)
+    _compare(case, eager, comp, labels2, "second call (fresh opaques, same sharing)")
+    if cnt.frame_count != frames:
+        raise AssertionError(
+            f"second call (fresh opaques, same sharing) recompiled: {frames} -> {cnt.frame_count}"
+        )
+
+    # 3. broken sharing: recompiles (identity guards), still equal
+    if _has_sharing(case):
+        objs3 = gen.make_opaques(case, "3", split=True)
+        labels3 = _labels_of(objs3)
+        eager = _run(fn, case, data, objs3, True, case.backward)
+        comp = _run(compiled_call, case, data, objs3, True, case.backward)
+        _compare(case, eager, comp, labels3, "third call (sharing broken)")
+        if cnt.frame_count == frames and _shares_between_used_inputs(case):
+            raise AssertionError("third call (sharing broken) did not recompile")
+
+
+# --------------------------------------------------------------------------
+# transparency arm
+
+
+def observe(case: gen.Case, seed: int, backend_factory) -> dict:
+    """Compile ``case`` once with the backend ``backend_factory()`` returns (a
+    recorder with ``graphs`` / ``fw_graphs`` / ``bw_graphs``) and describe
+    everything observable. Never raises for the case's own errors."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    fn = gen.compile_fn(case)
+    data = gen.make_data(case, torch.Generator().manual_seed(seed))
+    objs = gen.make_opaques(case)
+    recorder = backend_factory()
+    cnt = CompileCounterWithBackend(recorder)
+    compiled = torch.compile(fn, backend=cnt, fullgraph=True)
+    seen: dict = {}
+    try:
+        for _ in range(2):
+            inputs = gen.make_inputs(case, data, objs)
+            _mark_dynamic(case, inputs)
+            outs = compiled(*inputs)
+            seen.setdefault("outs", [])
+            seen["outs"].append(
+                [(_structure(o, {}), [leaf.tolist() for leaf in _leaves(o)]) for o in outs]
+            )
+            if case.backward:
+                grads = _grads(case, inputs, outs)
+                seen.setdefault("grads", []).append(
+                    None if grads is None else
+                    [(_structure(gr, {}), [leaf.tolist() for leaf in _leaves(gr)]) for gr in grads]
+                )
+    except Exception as e:  # noqa: BLE001 - compared, not swallowed
+        import re
+
+        # the whole message, object addresses masked
+        seen["error"] = (type(e).__name__, re.sub(r"0x[0-9a-f]+", "0x?", str(e)))
+    seen["frames"] = cnt.frame_count
+    seen["graphs"] = [
+        normalize_gm(gm.print_readable(print_output=False))
+        for gm in (*getattr(recorder, "graphs", []), *getattr(recorder, "fw_graphs", []),
+                   *getattr(recorder, "bw_graphs", []))
+    ]
+    return seen
+
+
+def check_transparency(case: gen.Case, seed: int = 0) -> None:
+    """Stock torch 2.11 vs install(), one process: ``observe`` must agree
+    on everything. Leaves torch installed (the mode under test)."""
+    import torch_subclass_rt as tsrt
+    from torch._dynamo.testing import AotEagerAndRecordGraphs
+
+    tsrt.uninstall()
+    try:
+        stock = observe(case, seed, AotEagerAndRecordGraphs)
+    finally:
+        tsrt.install()
+    ours = observe(case, seed, AotEagerAndRecordGraphs)
+    for key in sorted(set(stock) | set(ours)):
+        if stock.get(key) != ours.get(key):
+            raise AssertionError(
+                f"install() changed {key!r}:\n--- stock ---\n{stock.get(key)}\n"
+                f"--- install() ---\n{ours.get(key)}"
+            )

@@ -1,0 +1,283 @@
+"""Property-based differential tests (issue 8, and issue 12's transparency arm).
+
+Opaque arm (every mode: backport, native, forced): random subclass cases
+from ``gen.cases()`` - eager vs compiled (aot_eager; about one in ten with
+inductor): values, output types, which opaque each output and grad carries
+(identity), a second call with fresh opaques of the same sharing (no
+recompile), then broken sharing (recompiles where the function reads the
+shared inputs; still equal). See ``run_case.check_case``.
+
+Transparency arm (torch 2.11 only; on >= 2.12 install() is native and
+changes nothing): subclasses without opaques, the same random program
+compiled stock and with install() in one process, everything observable
+compared (``run_case.observe``).
+
+Examples per test: ``TSRT_FUZZ_EXAMPLES`` (default 200, the CI setting);
+``TSRT_FUZZ_SEED`` picks another deterministic sequence;
+``TSRT_FUZZ_INDUCTOR_SHARE`` (default 0.05) the share compiled with inductor. A failure prints a
+reproducer (case, function source, replay snippet).
+
+Note [Sharing within one input]
+    Cases share opaques across inputs, never between two slots of one input
+    (or an outer and inner subclass of one nested input): native torch 2.13
+    does not guard such sharing (after breaking it an output can carry the
+    other slot's object). The backport got those cases right when tried,
+    but the suite leaves them out so every mode checks the same space.
+
+Note [Native AOTAutogradCache and broken sharing]
+    Native 2.13 with AOTAutogradCache and the FX graph cache both on (the
+    defaults) serves the graph compiled for *shared* opaques to the
+    recompile after the sharing is broken, so an output carries the other
+    input's opaque (test_opaque_subclass_parity.py::
+    test_broken_sharing_after_cache_hit_inductor pins it; the backport keys
+    the cache by the sharing and is right). In native and forced modes the
+    inductor cases run with AOTAutogradCache off, so that known upstream bug
+    does not mask everything else this suite checks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # harness
+
+import harness  # noqa: E402
+
+MODE = harness.setup_mode()
+
+import unittest  # noqa: E402
+
+import torch  # noqa: E402
+from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gen  # noqa: E402
+import run_case  # noqa: E402
+
+EXAMPLES = int(os.environ.get("TSRT_FUZZ_EXAMPLES", "200"))
+SEED = int(os.environ.get("TSRT_FUZZ_SEED", "0"))
+#: share of opaque-arm cases compiled with inductor (each costs a C++ build)
+INDUCTOR_SHARE = float(os.environ.get("TSRT_FUZZ_INDUCTOR_SHARE", "0.05"))
+
+_SETTINGS = dict(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    derandomize=False,
+    print_blob=True,
+    suppress_health_check=list(HealthCheck),
+)
+
+
+def _cache_context(case):
+    # Note [Native AOTAutogradCache and broken sharing]
+    if case.backend == "inductor" and MODE in ("native", "forced"):
+        return torch._functorch.config.patch(enable_autograd_cache=False)
+    return contextlib.nullcontext()
+
+
+class TestDifferentialOpaque(unittest.TestCase):
+    @seed(SEED)
+    @settings(**_SETTINGS)
+    @given(gen.cases(inductor_share=INDUCTOR_SHARE), st.integers(0, 2**16))
+    def test_eager_vs_compiled(self, case, data_seed):
+        try:
+            with _cache_context(case):
+                run_case.check_case(case, data_seed)
+        except Exception as e:
+            raise AssertionError(
+                gen.reproducer(case, f"TSRT_FUZZ_SEED={SEED}", repr(e)[:2000], data_seed)
+            ) from e
+
+
+@unittest.skipUnless(
+    MODE == "backport",
+    "transparency arm: stock vs install() on torch 2.11 (on >= 2.12 install() is native)",
+)
+class TestDifferentialTransparency(unittest.TestCase):
+    @seed(SEED)
+    @settings(**_SETTINGS)
+    @given(
+        gen.cases(allow_opaques=False, inductor_share=0.0, classes=gen.TRANSPARENCY_CLASSES),
+        st.integers(0, 2**16),
+    )
+    def test_stock_vs_install(self, case, data_seed):
+        try:
+            run_case.check_transparency(case, data_seed)
+        except Exception as e:
+            raise AssertionError(
+                gen.reproducer(case, f"TSRT_FUZZ_SEED={SEED}", repr(e)[:4000], data_seed,
+                               check="check_transparency")
+            ) from e
+
+
+# --------------------------------------------------------------------------
+# transparency arm, fixed cases: the paths a random program does not reach
+
+
+def _stock_vs_install(test, run):
+    """``run()`` -> observation (any comparable value; an exception becomes
+    (type, message)); stock torch 2.11 and install() must agree."""
+    import re
+
+    import torch_subclass_rt as tsrt
+
+    def observe():
+        torch._dynamo.reset()
+        try:
+            return run()
+        except Exception as e:  # noqa: BLE001 - compared, not swallowed
+            return ("error", type(e).__name__, re.sub(r"0x[0-9a-f]+", "0x?", str(e)))
+
+    tsrt.uninstall()
+    try:
+        stock = observe()
+    finally:
+        tsrt.install()
+    ours = observe()
+    test.assertEqual(stock, ours, "install() changed what a subclass without opaques observes")
+    return ours
+
+
+def _two(requires_grad=False, shape=(3, 4)):
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
+    return TwoTensor(a, b).requires_grad_(requires_grad)
+
+
+def _vals(t):
+    if hasattr(t, "__tensor_flatten__"):
+        return (type(t).__name__, [_vals(getattr(t, a)) for a in t.__tensor_flatten__()[0]])
+    return t.detach().tolist()
+
+
+@unittest.skipUnless(
+    MODE == "backport",
+    "transparency arm: stock vs install() on torch 2.11 (on >= 2.12 install() is native)",
+)
+class TestTransparencyFixed(unittest.TestCase):
+    def test_compiled_autograd(self):
+        from torch._dynamo import compiled_autograd
+        from torch._dynamo.testing import CompileCounterWithBackend
+
+        def run():
+            cnt = CompileCounterWithBackend("aot_eager")
+            x = _two(requires_grad=True)
+            out = torch.compile(lambda t: (t.sin() * 2).sum(), backend="aot_eager")(x)
+            with compiled_autograd._enable(torch.compile(backend=cnt)):
+                out.backward()
+            return _vals(x.grad), cnt.frame_count
+
+        _stock_vs_install(self, run)
+
+    def test_autograd_and_fx_graph_caches(self):
+        from torch._dynamo.utils import counters
+        from torch._inductor.utils import fresh_inductor_cache
+
+        def run():
+            seen = []
+            with fresh_inductor_cache(), torch._functorch.config.patch(
+                enable_autograd_cache=True
+            ), torch._inductor.config.patch(fx_graph_cache=True):
+                for _ in range(2):
+                    torch._dynamo.reset()
+                    counters.clear()
+                    x = _two(requires_grad=True)
+                    out = torch.compile(lambda t: t.cos() + 1, backend="inductor")(x)
+                    out.sum().backward()
+                    seen.append((
+                        _vals(out), _vals(x.grad),
+                        dict(counters["aot_autograd"]), dict(counters["inductor"]).get("fxgraph_cache_hit"),
+                    ))
+            return seen
+
+        seen = _stock_vs_install(self, run)
+        self.assertIsInstance(seen, list)  # not an error
+        self.assertEqual(seen[1][2].get("autograd_cache_hit"), 1)
+
+    def test_mark_dynamic(self):
+        from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend, normalize_gm
+
+        def run():
+            rec = AotEagerAndRecordGraphs()
+            cnt = CompileCounterWithBackend(rec)
+            f = torch.compile(lambda t: (t * 2).sum(0), backend=cnt)
+            outs = []
+            for n in (3, 5, 7):
+                x = _two(shape=(n, 4))
+                torch._dynamo.mark_dynamic(x, 0)
+                outs.append(_vals(f(x)))
+            graphs = [normalize_gm(g.print_readable(print_output=False))
+                      for g in (*rec.graphs, *rec.fw_graphs)]
+            return outs, cnt.frame_count, graphs
+
+        _stock_vs_install(self, run)
+
+    def test_export(self):
+        class M(torch.nn.Module):
+            def forward(self, x):
+                return x.sin() + 1
+
+        def run(strict):
+            ep = torch.export.export(M(), (_two(),), strict=strict)
+            return str(ep.graph_module.code).strip(), str(ep.graph_signature)
+
+        for strict in (False, True):
+            with self.subTest(strict=strict):
+                _stock_vs_install(self, lambda: run(strict))
+
+    def test_aot_module_simplified(self):
+        from torch._functorch.aot_autograd import aot_module_simplified
+        from torch._dynamo.testing import normalize_gm
+
+        def run():
+            graphs = []
+
+            def record(gm, _inputs):
+                graphs.append(normalize_gm(gm.print_readable(print_output=False)))
+                return gm.forward
+
+            def backend(gm, inputs):
+                return aot_module_simplified(gm, inputs, fw_compiler=record, bw_compiler=record)
+
+            x = _two(requires_grad=True)
+            out = torch.compile(lambda t: t.relu() * t, backend=backend)(x)
+            out.sum().backward()
+            return _vals(out), _vals(x.grad), graphs
+
+        _stock_vs_install(self, run)
+
+    def test_inductor_freezing_with_subclass_parameters(self):
+        # Known (issue 12, bug 1), fixed on another branch: with install(),
+        # frozen subclass parameters reach the generated per-call wrapper as
+        # None. Until that lands this reports the known failure as a skip;
+        # any other difference fails.
+        from torch.testing._internal.two_tensor import TwoTensor
+
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = torch.nn.Parameter(TwoTensor(torch.ones(4, 4), torch.ones(4, 4) * 2))
+
+            def forward(self, x):
+                return x @ self.w
+
+        def run():
+            with torch._inductor.config.patch(freezing=True), torch.no_grad():
+                m = M().eval()
+                out = torch.compile(m, backend="inductor")(_two(shape=(3, 4)))
+                return _vals(out)
+
+        try:
+            _stock_vs_install(self, run)
+        except AssertionError as e:
+            if "expected a TwoTensor (the subclass it was compiled for), got a NoneType" in str(e):
+                self.skipTest("known: frozen subclass parameters reach our wrapper as None "
+                              "(issue 12 bug 1, being fixed on another branch)")
+            raise
