@@ -25,6 +25,7 @@ SUBSYSTEMS: tuple[str, ...] = (
     "export",
     "parametrize",
     "distributed",
+    "distributed_opaques",
 )
 
 

@@ -68,6 +68,10 @@ def _build_wrap_tensor(original):
                 """
                 for attr in attrs:
                     inner_value = getattr(value, attr)
+                    inner_source = AttrSource(self.source, attr)
+                    LazyVariableTracker.realize_all(
+                        VariableBuilder(self.tx, inner_source)(inner_value)
+                    )
                 """,
                 f"""
                 from {_HELPERS} import check_flatten_attr as _tsrt_check_flatten_attr
@@ -75,6 +79,13 @@ def _build_wrap_tensor(original):
                 for attr in attrs:
                     inner_value = getattr(value, attr)
                     _tsrt_check_flatten_attr(value, attr, inner_value)
+                    inner_source = AttrSource(self.source, attr)
+                    _tsrt_builder = VariableBuilder(self.tx, inner_source)
+                    # an opaque attr: a registered DeviceMesh / ProcessGroup
+                    # is a graph input here, not 2.11's constant variable
+                    # (points/distributed_opaques.py, VariableBuilder._wrap)
+                    _tsrt_builder._tsrt_opaque_attr = True
+                    LazyVariableTracker.realize_all(_tsrt_builder(inner_value))
                 """,
             ),
         ],
