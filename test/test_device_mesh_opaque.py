@@ -179,6 +179,26 @@ class TestDeviceMeshOpaque(TestCase):
         self.assertIn(reads, MeshSharded.seen)
         self.assert_no_opaque_constant()
 
+    def test_registered_by_type_and_by_name(self, device):
+        # torch looks opaque types up by class and by registered name (a
+        # custom op's schema, a FakeScriptObject's script_class_name); both
+        # must agree, with 2.13's members and guard
+        from torch._library import opaque_object as oo
+        from torch.distributed.distributed_c10d import ProcessGroup
+
+        for cls in (DeviceMesh, ProcessGroup):
+            name = oo.get_opaque_type_name(cls)
+            self.assertTrue(oo.is_opaque_reference_type(cls))
+            self.assertTrue(oo.is_opaque_reference_type(name))
+            self.assertIs(oo.get_opaque_obj_info(name), oo.get_opaque_obj_info(cls))
+        info = oo.get_opaque_obj_info(DeviceMesh)
+        for member in ("size", "mesh_dim_names", "ndim", "shape", "_layout", "get_local_rank"):
+            self.assertEqual(info.members[member], MemberType.USE_REAL)
+        mesh = _mesh("dp")
+        self.assertEqual(info.guard_fn(mesh), info.guard_fn(_mesh("dp")))
+        self.assertNotEqual(info.guard_fn(mesh), info.guard_fn(_mesh("tp")))
+        self.assertIsInstance(mesh, tsrt.OpaqueBase)
+
     def test_device_mesh_in_attrs_aot_eager(self, device):
         self._fwd_bwd(device, lambda: _mesh("dp"), "aot_eager", (1, 1, ("dp",), 0))
 

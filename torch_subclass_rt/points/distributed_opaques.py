@@ -338,7 +338,7 @@ POINTS = [
         build=_build_opaque_types_by_name,
         reason="the same registration, looked up by type name (custom-op schemas, Dynamo)",
         guarded_by=(
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_registered_by_type_and_by_name_cpu",
         ),
         **ONLY_BACKPORT,
     ),
