@@ -45,8 +45,12 @@ from tools import apply_patches, make_checkout  # noqa: E402
 SUITES = (
     REPO_ROOT / "test" / "test_opaque_subclass_attrs.py",
     REPO_ROOT / "test" / "test_opaque_attr_tracing.py",
+    # no graph dumps: run in both modes for its assertions (DeviceMesh /
+    # ProcessGroup registration and errors must agree)
+    REPO_ROOT / "test" / "test_device_mesh_opaque.py",
 )
-IN_TREE_TEST = "test/test_opaque_subclass_attrs.py"
+#: the series' self-contained in-tree test files
+IN_TREE_TESTS = ("test/test_opaque_subclass_attrs.py", "test/test_device_mesh_opaque.py")
 
 # Runs the suite under pytest; the harness writes every graph dump it
 # compares to $TSRT_DUMP_DIR (same file names as test/expected/).
@@ -155,7 +159,7 @@ def run_suite(mode: str, dump_dir: Path, pythonpath: list[Path], expect_torch_un
     return proc.returncode
 
 
-def run_in_tree_test(checkout: Path, site: Path, log: Path) -> int:
+def run_in_tree_test(checkout: Path, site: Path, test: str, log: Path) -> int:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(site)  # the patched torch; not this repository
     env.pop("TSRT_MODE", None)
@@ -163,7 +167,7 @@ def run_in_tree_test(checkout: Path, site: Path, log: Path) -> int:
     # (PyTorch CI's reporting), which is not a dependency here.
     env.pop("CI", None)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    cmd = [sys.executable, "-c", _IN_TREE_RUNNER, IN_TREE_TEST]
+    cmd = [sys.executable, "-c", _IN_TREE_RUNNER, test]
     with open(log, "w") as fh:
         proc = subprocess.run(cmd, cwd=checkout, env=env, stdout=fh, stderr=subprocess.STDOUT)
     return proc.returncode
@@ -223,14 +227,15 @@ def verify(base: str, patches_dir: Path | None, work: Path, skip_backport: bool 
     else:
         print("    passed")
 
-    step(f"in-tree test {IN_TREE_TEST} of the series")
-    if not (checkout / IN_TREE_TEST).is_file():
-        failures.append(f"the series adds no {IN_TREE_TEST}")
-    else:
-        rc = run_in_tree_test(checkout, site, work / "in-tree-test.log")
+    for test in IN_TREE_TESTS:
+        step(f"in-tree test {test} of the series")
+        log = work / f"in-tree-{Path(test).stem}.log"
+        if not (checkout / test).is_file():
+            failures.append(f"the series adds no {test}")
+            continue
+        rc = run_in_tree_test(checkout, site, test, log)
         if rc != 0:
-            failures.append(f"{IN_TREE_TEST} failed (exit {rc}); log {work / 'in-tree-test.log'}:\n"
-                            + _tail(work / "in-tree-test.log"))
+            failures.append(f"{test} failed (exit {rc}); log {log}:\n" + _tail(log))
         else:
             print("    passed")
 
