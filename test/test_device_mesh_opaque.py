@@ -30,8 +30,9 @@ from torch._library.opaque_object import MemberType  # noqa: E402
 
 import torch_subclass_rt as tsrt  # noqa: E402
 
-if harness.torch_major_minor() >= (2, 12):
-    import torch.distributed.tensor  # noqa: E402,F401  (registers DeviceMesh, ProcessGroup)
+# registers DeviceMesh and ProcessGroup on torch >= 2.12 and with the patch
+# series (install() does on 2.11)
+import torch.distributed.tensor  # noqa: E402,F401
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh  # noqa: E402
 
 

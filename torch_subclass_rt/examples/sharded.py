@@ -128,8 +128,8 @@ def device_mesh_type() -> type | None:
     they can only be defined after the registration)."""
     if not torch.distributed.is_available():
         return None
-    if _torch_compat.has_native_support():
-        importlib.import_module("torch.distributed.tensor")  # registers DeviceMesh
+    # registers DeviceMesh on torch >= 2.12 (and with the patch series)
+    importlib.import_module("torch.distributed.tensor")
     from torch.distributed.device_mesh import DeviceMesh
 
     if not _torch_compat.is_reference_opaque_type(DeviceMesh):
