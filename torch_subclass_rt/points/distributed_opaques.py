@@ -25,14 +25,17 @@ The points:
   registry, as 2.13 does, so a mesh counts as an opaque object (and its
   ``FakeScriptObject`` too) wherever an opaque is recognised.
 * ``VariableBuilder._wrap``: a mesh / process group that is an inner attr of
-  a subclass input is wrapped as an opaque graph input (2.13's path) instead
-  of 2.11's ``DeviceMeshVariable`` / ``ProcessGroupVariable`` constant, which
-  would bake the compile-time mesh into the graph (the stale-object bug).
-  Everywhere else (a global mesh, ``DTensor.from_local(x, mesh)``) 2.11's
-  variables stay, so code without opaque attrs traces as before.
-* ``FakeScriptObject.__getattribute__``: reading an unregistered member of an
-  opaque while tracing names the type, the member and the ``members={...}``
-  registration instead of 2.11's generic FakeScriptObject message.
+  a subclass input (marked by the ``wrap_tensor`` edit in ``dynamo.py``) is
+  wrapped as an opaque graph input (2.13's path) instead of 2.11's
+  ``DeviceMeshVariable`` (a constant: ``x.mesh`` handed to a custom op
+  graph-breaks, it has no proxy) / ``ProcessGroupVariable`` (``ID_MATCH``:
+  every new group recompiles). Everywhere else (a global mesh,
+  ``DTensor.from_local(x, mesh)``) 2.11's variables stay, so code without
+  opaque attrs traces as before.
+* ``FakeScriptObject.__getattribute__`` (also in forced mode, torch 2.13 has
+  the same message): reading an unregistered member of an opaque while
+  tracing names the type, the member and the ``members={...}`` registration
+  instead of the generic "Tried to call __getattr__ ... on a FakeScriptObject".
 
 Not ported: 2.13's ``reconstruct_fn`` for a submesh *derived* inside the
 traced code from a mesh input (needs 2.13's ``device_mesh::_get_submesh``
