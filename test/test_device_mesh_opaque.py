@@ -286,6 +286,34 @@ class TestDeviceMeshOpaque(TestCase):
         self.assertIn((1, 1, ("tp",), 0), MeshSharded.seen)
         self.assert_no_opaque_constant()
 
+    def test_dtensor_compile_unaffected(self, device):
+        # DeviceMesh registered by install() must not change how code
+        # without opaque attrs compiles: 2.11's DTensor (mesh in the flatten
+        # context; DTensor.from_local with a global mesh, which Dynamo keeps
+        # as a DeviceMeshVariable) forward + backward, as on stock torch
+        from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+        mesh = _mesh("dp")
+
+        def with_input(x):
+            return (x.sin() + 1).redistribute(mesh, [Replicate()]).to_local()
+
+        def with_from_local(t):
+            d = DTensor.from_local(t, mesh, [Shard(0)], run_check=False)
+            return (d * 2).redistribute(mesh, [Replicate()]).to_local()
+
+        full = torch.randn(4, 4, device=device)
+        x = distribute_tensor(full.clone().requires_grad_(True), mesh, [Shard(0)])
+        out = self.compile(with_input)(x)
+        self.assertEqual(out, full.sin() + 1)
+        out.sum().backward()
+        self.assertEqual(x.grad.full_tensor(), full.cos())
+        t = full.clone().requires_grad_(True)
+        out = self.compile(with_from_local)(t)
+        self.assertEqual(out, full * 2)
+        out.sum().backward()
+        self.assertEqual(t.grad, torch.full_like(full, 2.0))
+
     def _unregistered(self, device, obj, member, type_name):
         MeshSharded.extra_member = member
         f = self.compile(lambda x: x * 2)
