@@ -61,6 +61,9 @@ class PatchPoint:
     #: non-empty for a point that changes no behaviour, only speed: the
     #: benchmark figure it is worth (such a point stays out of the series)
     speed_only: str = ""
+    #: "" for a point every install() of its version/mode applies; otherwise
+    #: the name of an opt-in group (``install(dtensor=True)``: "dtensor")
+    group: str = ""
 
     def __post_init__(self) -> None:
         if not self.modes <= MODES:
@@ -282,6 +285,11 @@ def verify(journal: Journal) -> None:
 
 
 def select(
-    points: Iterable[PatchPoint], version: str, mode: str
+    points: Iterable[PatchPoint], version: str, mode: str, groups: Iterable[str] = ()
 ) -> list[PatchPoint]:
-    return [p for p in points if p.applies_to(version, mode)]
+    """The points for this torch version and mode: every ungrouped one, and
+    those of the opt-in ``groups`` asked for."""
+    groups = frozenset(groups)
+    return [
+        p for p in points if p.applies_to(version, mode) and (not p.group or p.group in groups)
+    ]

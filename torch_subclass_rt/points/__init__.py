@@ -26,6 +26,7 @@ SUBSYSTEMS: tuple[str, ...] = (
     "parametrize",
     "distributed",
     "distributed_opaques",
+    "dtensor",  # opt-in group "dtensor" (install(dtensor=True))
 )
 
 
