@@ -114,6 +114,19 @@ class TestDTensorOpaqueMesh(TestCase):
         self.assertEqual(y.placements, x.placements)
         self.assertIsNot(y.device_mesh, x.device_mesh)
 
+    def test_fake_mesh_equals_its_mesh(self, device):
+        # a traced DTensor compares its (fake) mesh with others: fakes of one
+        # mesh, and a fake and its mesh, are equal and hash alike (2.13)
+        from torch._library.fake_class_registry import maybe_to_fake_obj
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        mesh = _mesh("dp")
+        fake, other = (maybe_to_fake_obj(FakeTensorMode(), mesh) for _ in range(2))
+        self.assertIsNot(fake, other)
+        self.assertTrue(fake == other and fake == mesh and not fake != other)
+        self.assertEqual(hash(fake), hash(mesh))
+        self.assertTrue(fake != _mesh("tp"))
+
     def test_dtensor_input_fwd_bwd_aot_eager(self, device):
         self._fwd_bwd(device, "aot_eager")
 

@@ -120,40 +120,17 @@ def _unwrap_fake_mesh(obj: Any) -> Any:
     return obj
 
 
-#: torch's DeviceMesh.__eq__, set when the point is built
-_torch_mesh_eq: Any = None
-
-
-def _mesh_eq(self, other):
-    """Wraps ``DeviceMesh.__eq__`` (torch 2.11.0). Differs: ``other`` may be
-    a mesh's FakeScriptObject (the mesh of a DTensor built while AOTAutograd
-    traces), compared as its mesh. 2.11 answers False (``isinstance(other,
-    DeviceMesh)``), so redistributing a traced DTensor to its own mesh failed
-    with "Cross device mesh comm not supported yet!"; torch 2.13's
-    ``OpaqueBaseMeta`` makes that isinstance true."""
-    return _torch_mesh_eq(self, _unwrap_fake_mesh(other))
-
-
-def _build_mesh_eq(original):
-    global _torch_mesh_eq
-    _torch_mesh_eq = original
-    return _mesh_eq
-
-
 def _fake_eq(self, other):
     """Added as ``FakeScriptObject.__eq__`` (torch 2.11.0 has none: identity),
     as torch 2.13 has it: two fakes of one object, or a fake and its object,
-    are equal; otherwise the real objects compare. The backward of a traced
-    DTensor redistribute compares the forward's mesh (one FakeScriptObject)
-    with the tangent's (another of the same mesh)."""
+    are equal; otherwise the real objects compare (``!=`` follows, Python
+    derives ``__ne__``). A traced DTensor's redistribute compares its mesh
+    (a FakeScriptObject) with the target's, and its backward the forward's
+    fake mesh with the tangent's (another fake of the same mesh); 2.11's
+    identity made both "Cross device mesh comm not supported yet!"."""
     if self is other:
         return True
     return _unwrap_fake_mesh(self) == _unwrap_fake_mesh(other)
-
-
-def _fake_ne(self, other):
-    """Added as ``FakeScriptObject.__ne__`` with ``__eq__`` (torch 2.13)."""
-    return not _fake_eq(self, other)
 
 
 def _fake_hash(self):
@@ -194,15 +171,6 @@ POINTS = [
         guarded_by=(_GUARD + "test_dtensor_input_fwd_bwd_aot_eager_cpu",),
         **ONLY_BACKPORT,
     ),
-    PatchPoint(
-        name="dtensor.DeviceMesh.__eq__",
-        target="torch.distributed.device_mesh:DeviceMesh.__eq__",
-        build=_build_mesh_eq,
-        reason="a mesh equals its own FakeScriptObject (2.13's OpaqueBaseMeta isinstance)",
-        group=GROUP,
-        guarded_by=(_GUARD + "test_dtensor_input_fwd_bwd_aot_eager_cpu",),
-        **ONLY_BACKPORT,
-    ),
     *(
         PatchPoint(
             name=f"dtensor.FakeScriptObject.{attr}",
@@ -211,9 +179,19 @@ POINTS = [
             reason="fakes of one object compare equal (torch 2.13), as a traced DTensor's meshes must",
             new_attribute=True,
             group=GROUP,
-            guarded_by=(_GUARD + "test_dtensor_input_fwd_bwd_aot_eager_cpu",),
+            guarded_by=guarded_by,
             **ONLY_BACKPORT,
         )
-        for attr, fn in (("__eq__", _fake_eq), ("__ne__", _fake_ne), ("__hash__", _fake_hash))
+        for attr, fn, guarded_by in (
+            (
+                "__eq__",
+                _fake_eq,
+                (
+                    _GUARD + "test_dtensor_input_fwd_bwd_aot_eager_cpu",
+                    _GUARD + "test_fake_mesh_equals_its_mesh_cpu",
+                ),
+            ),
+            ("__hash__", _fake_hash, (_GUARD + "test_fake_mesh_equals_its_mesh_cpu",)),
+        )
     ),
 ]
