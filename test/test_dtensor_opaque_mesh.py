@@ -156,9 +156,12 @@ class TestDTensorOpaqueMesh(TestCase):
             x = distribute_tensor(torch.randn(4, device=device), _mesh("dp"), [Shard(0)])
             return x.__tensor_flatten__()[0]
 
+        from torch._library.fake_class_registry import FakeScriptObject
+
         force = MODE == "forced"
         tsrt.uninstall()
         torch_fns = dict(DTensor.__dict__)
+        torch_fake_fns = dict(FakeScriptObject.__dict__)
         native_attrs = flatten_attrs()
         tsrt.install(force=force)
         self.assertEqual(flatten_attrs(), native_attrs)
@@ -168,6 +171,7 @@ class TestDTensorOpaqueMesh(TestCase):
         self.assertEqual(flatten_attrs(), ["_local_tensor", "device_mesh"])
         tsrt.uninstall()
         self.assertEqual(dict(DTensor.__dict__), torch_fns)
+        self.assertEqual(dict(FakeScriptObject.__dict__), torch_fake_fns)
         self.assertEqual(flatten_attrs(), native_attrs)
         if harness.torch_major_minor() >= (2, 13):
             # 2.13 flattens this way natively; dtensor=True adds no point
