@@ -87,24 +87,45 @@ def test_rank_error_in_compiled_step_fails_promptly():
     _no_children_left()
 
 
-@pytest.mark.skipif(
-    device_mesh_type() is None,
-    reason=f"torch {torch.__version__} does not register DeviceMesh as an opaque (>= 2.12 does)",
-)
 def test_two_rank_gloo_demo_device_mesh():
-    # the ShardTensor holds a DeviceMesh itself (upstream's opaque), no handle
+    # the ShardTensor holds a DeviceMesh itself (an opaque on torch >= 2.12,
+    # and on 2.11 once install() ran), no handle; its dispatch reads the mesh
+    # (ndim, size()) while tracing
     cfg = DemoConfig(mode=MODE, backend="inductor", steps=2, steps_second_mesh=2, mesh="device_mesh")
     results = run_ranks(cfg, timeout=DEMO_TIMEOUT)
     assert {r["mesh_type"] for r in results} == {"DeviceMesh"}
     _check_results(cfg, results)
 
 
-@pytest.mark.skipif(device_mesh_type() is not None, reason="this torch registers DeviceMesh")
-def test_device_mesh_refused_where_not_an_opaque():
-    cfg = DemoConfig(mode=MODE, mesh="device_mesh")
-    with pytest.raises(DemoFailure, match="does not register DeviceMesh as an opaque type.*--mesh handle"):
+@pytest.mark.skipif(MODE != "backport", reason="torch 2.11: DeviceMesh is an opaque only with install()")
+def test_device_mesh_refused_without_install():
+    # mode "native" on 2.11 installs nothing: refused before any rank starts
+    cfg = DemoConfig(mode="native", mesh="device_mesh")
+    with pytest.raises(DemoFailure, match="DeviceMesh is not an opaque type here.*install\\(\\).*--mesh handle"):
         run_ranks(cfg, timeout=DEMO_TIMEOUT)
     _no_children_left()
+
+
+def test_device_mesh_shard_reads_mesh_at_trace_time():
+    # world-size-1 default group; a mesh that is not 1-D is refused by the
+    # dispatch while tracing (it reads mesh.ndim / mesh.size() off the
+    # FakeScriptObject), naming the mesh
+    harness.setup_mode()
+    DeviceMesh = device_mesh_type()
+    assert DeviceMesh is not None, "DeviceMesh must be an opaque in this mode"
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: x * 2, backend="aot_eager", fullgraph=True)
+    mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp",))
+    out = f(ShardTensor(torch.ones(2, 3), mesh, ("shard", 0), 1))
+    assert out.mesh is mesh
+    mesh2d = init_device_mesh("cpu", (1, 1), mesh_dim_names=("dp", "tp"))
+    with pytest.raises(Exception, match=r"a 1-D mesh of 1 ranks expected, got a 2-D mesh \('dp', 'tp'\)"):
+        f(ShardTensor(torch.ones(2, 3), mesh2d, ("shard", 0), 1))
+    torch._dynamo.reset()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -48,12 +48,16 @@ SUITES = (
     REPO_ROOT / "test" / "test_point_guards.py",
     # no dumps; run against the patched torch for the series' behaviour
     REPO_ROOT / "test" / "test_opaque_subclass_parity.py",
+    # no graph dumps: run in both modes for its assertions (DeviceMesh /
+    # ProcessGroup registration and errors must agree)
+    REPO_ROOT / "test" / "test_device_mesh_opaque.py",
 )
 #: the series' own test files (each added by its last commits), run in-tree
 IN_TREE_TESTS = (
     "test/test_opaque_subclass_attrs.py",
     "test/test_opaque_subclass_fixes.py",
     "test/test_opaque_subclass_parity.py",
+    "test/test_device_mesh_opaque.py",
 )
 
 # Runs the suite under pytest; the harness writes every graph dump it

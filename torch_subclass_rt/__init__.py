@@ -67,6 +67,7 @@ class Status:
 _lock = threading.RLock()
 _journal: registry.Journal | None = None
 _mode = "off"
+_groups: frozenset[str] = frozenset()
 
 
 def _choose_mode(version: str, force: bool) -> str:
@@ -94,22 +95,31 @@ def _choose_mode(version: str, force: bool) -> str:
     )
 
 
-def install(force: bool = False) -> Status:
+def install(force: bool = False, dtensor: bool = False) -> Status:
     """Make opaque attrs in ``__tensor_flatten__`` work under torch.compile.
+
+    ``dtensor=True`` (opt-in; backport mode only changes anything) also gives
+    DTensor torch 2.13's flatten, its ``device_mesh`` an inner attr: one
+    compiled graph serves equal meshes and outputs carry the caller's mesh
+    (points/dtensor.py). Off by default, so ``install()`` leaves DTensor as
+    torch has it. Torch >= 2.13 flattens DTensor this way itself.
 
     Idempotent. All-or-nothing: if any patch point fails to apply or the
     post-install self-check fails, everything is restored and the error is
     raised. Raises :class:`UnsupportedTorchVersion` before touching anything
     on a torch it has no patches for.
     """
-    global _journal, _mode
+    global _journal, _mode, _groups
     with _lock:
         version = torch_version()
         mode = _choose_mode(version, force)
+        groups = frozenset({"dtensor"} if dtensor else ())
         if _mode != "off":
             # forced mode already carries the fixes (it stands for the
             # newest release), so a plain install() keeps it
-            if mode == _mode or (mode in ("native", "native+fixes") and _mode == "forced"):
+            if (mode == _mode and groups == _groups) or (
+                mode in ("native", "native+fixes") and _mode == "forced"
+            ):
                 return status()
             uninstall()
         if mode == "native":
@@ -119,9 +129,10 @@ def install(force: bool = False) -> Status:
         from .install_check import check_installed
 
         known = all_points()
-        points = _without_excluded(registry.select(known, version, mode), known)
+        points = _without_excluded(registry.select(known, version, mode, groups), known)
         _journal = registry.apply(points, self_check=check_installed)
         _mode = mode
+        _groups = groups
         return status()
 
 
@@ -158,8 +169,9 @@ def uninstall() -> Status:
     pending on an output computed while installed cannot run after
     ``uninstall()``.
     """
-    global _journal, _mode
+    global _journal, _mode, _groups
     with _lock:
+        _groups = frozenset()
         if _journal is not None:
             was = _mode
             problems = _journal.revert()
@@ -184,20 +196,20 @@ def status() -> Status:
 
 
 @contextlib.contextmanager
-def installed(force: bool = False) -> Iterator[Status]:
+def installed(force: bool = False, dtensor: bool = False) -> Iterator[Status]:
     """``with installed(): ...`` — install for the block, then return to the
     state before it (uninstalled if it was off, the previous mode otherwise)."""
     with _lock:
-        before = _mode
-        st = install(force=force)
+        before, before_groups = _mode, _groups
+        st = install(force=force, dtensor=dtensor)
     try:
         yield st
     finally:
         with _lock:
-            if _mode != before:
+            if _mode != before or _groups != before_groups:
                 uninstall()
                 if before != "off":
-                    install(force=(before == "forced"))
+                    install(force=(before == "forced"), dtensor="dtensor" in before_groups)
 
 
 def __getattr__(name: str) -> Any:

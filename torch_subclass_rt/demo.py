@@ -9,7 +9,8 @@ and parameter grads). Then it builds a second, fresh process group and
 mesh and trains on, checking that nothing recompiles, that outputs and
 grads carry the new mesh, and that the collectives ran on the new group.
 The mesh is our ``MeshHandle`` (``--mesh handle``, any torch) or, on
-torch >= 2.12, a ``DeviceMesh`` itself (``--mesh device_mesh``).
+a ``DeviceMesh`` itself (``--mesh device_mesh``: torch >= 2.12 registers it as
+an opaque, torch 2.11 once ``install()`` ran).
 
 A rank that raises makes the run fail promptly with that rank's traceback:
 the parent watches a result queue and the children's exit codes, terminates
@@ -51,7 +52,8 @@ class DemoConfig:
     device: str = "cpu"
     #: what the ShardTensor holds as its mesh: "handle" (our MeshHandle
     #: around a process group; every torch) or "device_mesh" (a 1-D
-    #: DeviceMesh itself, which torch >= 2.12 registers as an opaque)
+    #: DeviceMesh itself, which torch >= 2.12 registers as an opaque, and
+    #: torch 2.11 once install() ran)
     mesh: str = "handle"
     #: inject an error into this rank's compiled step (None: no failure)
     fail_rank: int | None = None
@@ -227,12 +229,25 @@ def _new_mesh(cfg: DemoConfig, name: str) -> Any:
         return MeshHandle(group, name)
     DeviceMesh = device_mesh_type()
     if DeviceMesh is None:
-        raise RuntimeError(
-            f"--mesh device_mesh: torch {torch.__version__} does not register DeviceMesh "
-            "as an opaque type (torch >= 2.12 does); use --mesh handle, which wraps "
-            "the process group in a MeshHandle"
-        )
+        raise RuntimeError(_device_mesh_refusal())
     return DeviceMesh.from_group(group, cfg.device)
+
+
+def _installs_device_mesh(mode: str) -> bool:
+    """Whether a rank in this mode registers DeviceMesh via install()."""
+    from . import _torch_compat
+
+    version = _torch_compat.torch_version()
+    return mode in ("auto", "backport") and version in _torch_compat.BACKPORT_VERSIONS
+
+
+def _device_mesh_refusal() -> str:
+    return (
+        f"--mesh device_mesh: DeviceMesh is not an opaque type here (torch "
+        f"{torch.__version__}, mode without install()); torch >= 2.12 registers it, "
+        "torch 2.11 once torch_subclass_rt.install() ran (--mode auto or backport). "
+        "Or use --mesh handle, which wraps the process group in a MeshHandle"
+    )
 
 
 def _cache_counters() -> str:
@@ -314,12 +329,9 @@ def run_ranks(cfg: DemoConfig, timeout: float = 300.0) -> list[dict[str, Any]]:
     if cfg.mesh == "device_mesh":
         from .examples.sharded import device_mesh_type
 
-        if device_mesh_type() is None:
-            raise DemoFailure(
-                f"--mesh device_mesh: torch {torch.__version__} does not register "
-                "DeviceMesh as an opaque type (torch >= 2.12 does); use --mesh handle, "
-                "which wraps the process group in a MeshHandle"
-            )
+        # the ranks install() first (mode "auto" / "backport" on 2.11)
+        if device_mesh_type() is None and not _installs_device_mesh(cfg.mode):
+            raise DemoFailure(_device_mesh_refusal())
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()
@@ -405,7 +417,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument(
         "--mesh", default="handle", choices=MESH_KINDS,
-        help="the ShardTensor's mesh: our MeshHandle (any torch) or a DeviceMesh (torch >= 2.12)",
+        help="the ShardTensor's mesh: our MeshHandle or a DeviceMesh (an opaque on torch >= 2.12, and on 2.11 with install())",
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds for the whole run")
 

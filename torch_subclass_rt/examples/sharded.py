@@ -11,11 +11,11 @@ world size.
 The mesh is one of:
 
 * ``MeshHandle``, our reference opaque around a ``torch.distributed``
-  process group (gloo here; any ``ProcessGroup`` works). On torch 2.11
-  ``DeviceMesh`` / ``ProcessGroup`` are not opaque types, so this is how a
-  2.11 user carries a real group;
-* on torch >= 2.12, a 1-D ``DeviceMesh`` itself, which torch registers as a
-  reference opaque (``device_mesh_type()`` says whether this torch has it).
+  process group (gloo here; any ``ProcessGroup`` works);
+* a 1-D ``DeviceMesh`` itself, which torch >= 2.12 registers as a reference
+  opaque, and torch 2.11 once ``install()`` ran (``device_mesh_type()`` says
+  whether it is one here). Dispatch reads it at trace time (``ndim``,
+  ``size()``), as a real sharded tensor does.
 
 Communication is done by custom ops that take the mesh as an argument, one
 set per kind of mesh (an op's schema names one opaque type)::
@@ -120,18 +120,22 @@ if not _torch_compat.is_registered_opaque_type(MeshHandle):
 # the kinds of mesh a ShardTensor can hold
 
 
-@functools.cache
 def device_mesh_type() -> type | None:
-    """``DeviceMesh`` where torch registers it as a reference opaque
-    (torch >= 2.12; importing ``torch.distributed.tensor`` registers it),
-    else ``None``."""
-    if not _torch_compat.has_native_support() or not torch.distributed.is_available():
+    """``DeviceMesh`` where this torch treats it as a reference opaque, else
+    ``None``: torch >= 2.12 registers it (importing ``torch.distributed.tensor``
+    does), torch 2.11 once ``install()`` ran. Defines the collectives taking a
+    DeviceMesh the first time it is one (an op's schema names the type, so
+    they can only be defined after the registration)."""
+    if not torch.distributed.is_available():
         return None
-    importlib.import_module("torch.distributed.tensor")  # registers DeviceMesh
+    # registers DeviceMesh on torch >= 2.12 (and with the patch series)
+    importlib.import_module("torch.distributed.tensor")
     from torch.distributed.device_mesh import DeviceMesh
 
     if not _torch_compat.is_reference_opaque_type(DeviceMesh):
         return None
+    if DeviceMesh not in _COLLECTIVES:
+        _add_collectives(DeviceMesh, "_device_mesh")
     return DeviceMesh
 
 
@@ -289,14 +293,23 @@ def _define_collectives(mesh_type: type, suffix: str) -> dict[str, Any]:
     return ops
 
 
-_COLLECTIVES: dict[type, dict[str, Any]] = {MeshHandle: _define_collectives(MeshHandle, "")}
-if device_mesh_type() is not None:
-    _COLLECTIVES[device_mesh_type()] = _define_collectives(device_mesh_type(), "_device_mesh")
+_COLLECTIVES: dict[type, dict[str, Any]] = {}
+
+
+def _add_collectives(mesh_type: type, suffix: str) -> None:
+    ops = _COLLECTIVES[mesh_type] = _define_collectives(mesh_type, suffix)
+    # full_tensor(): the op itself, on the local shard
+    _RULES[ops["all_gather"]._opoverload] = _all_gather_rule
+
+
+_RULES: dict[Any, Any] = {}  # dispatch rules, filled in at the end
 
 
 def _collectives_for(mesh: Any) -> dict[str, Any]:
     # while tracing, the mesh is a FakeScriptObject of the real one
     real_type = type(_torch_compat.unwrap_fake_opaque(mesh))
+    if real_type.__name__ == "DeviceMesh":
+        device_mesh_type()  # defines them where DeviceMesh is an opaque
     for cls in real_type.__mro__:
         ops = _COLLECTIVES.get(cls)
         if ops is not None:
@@ -459,6 +472,8 @@ class _Spec:
         self.first = anyst[0]
         self.mesh = self.first.mesh
         self.world = self.first.world_size
+        if _is_device_mesh(self.mesh):
+            _check_device_mesh(self.mesh, self.world)
         self.sharded = bool(shards)
         # shard dim counted from the right, for broadcasting ops
         self.rdim = shards[0].dim() - shards[0].shard_dim if shards else None
@@ -478,6 +493,20 @@ class _Spec:
             return t
         # type(first): subclasses of ShardTensor (tests) keep their type
         return type(self.first)(t, self.mesh, ("shard", dim), self.world)
+
+
+def _check_device_mesh(mesh: Any, world: int) -> None:
+    """What a sharded tensor's dispatch reads off its DeviceMesh, at trace
+    time too (a FakeScriptObject then: ``ndim``, ``size()`` and
+    ``mesh_dim_names`` are registered ``USE_REAL`` members, read off the real
+    mesh while tracing and guarded on): one mesh dimension, as wide as the
+    world this tensor was sharded over."""
+    if mesh.ndim != 1 or mesh.size() != world:
+        names = mesh.mesh_dim_names or ()
+        raise NotImplementedError(
+            f"ShardTensor: a 1-D mesh of {world} ranks expected, got a {mesh.ndim}-D "
+            f"mesh {tuple(names)} of {mesh.size()} ranks"
+        )
 
 
 def _local(a):
@@ -621,7 +650,7 @@ def _all_gather_rule(func, args, kwargs):
 
 
 aten = torch.ops.aten
-_RULES = {
+_RULES |= {
     aten.mm.default: _mm,
     aten.addmm.default: _mm,
     aten.t.default: _transpose,
@@ -636,6 +665,6 @@ _RULES = {
     aten.reshape.default: _view,
     aten.expand.default: _expand,
 }
-for _ops in _COLLECTIVES.values():
-    _RULES[_ops["all_gather"]._opoverload] = _all_gather_rule
 
+_add_collectives(MeshHandle, "")
+device_mesh_type()  # its collectives too, where DeviceMesh is an opaque already

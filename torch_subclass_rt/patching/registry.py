@@ -67,6 +67,9 @@ class PatchPoint:
     #: release that lacks it: the upstream PR ("PR 188799"), and the issue
     #: it fixes where there is one (shown by ``status``)
     upstream_fix: str = ""
+    #: "" for a point every install() of its version/mode applies; otherwise
+    #: the name of an opt-in group (``install(dtensor=True)``: "dtensor")
+    group: str = ""
 
     def __post_init__(self) -> None:
         if not self.modes <= MODES:
@@ -304,6 +307,11 @@ def verify(journal: Journal) -> None:
 
 
 def select(
-    points: Iterable[PatchPoint], version: str, mode: str
+    points: Iterable[PatchPoint], version: str, mode: str, groups: Iterable[str] = ()
 ) -> list[PatchPoint]:
-    return [p for p in points if p.applies_to(version, mode)]
+    """The points for this torch version and mode: every ungrouped one, and
+    those of the opt-in ``groups`` asked for."""
+    groups = frozenset(groups)
+    return [
+        p for p in points if p.applies_to(version, mode) and (not p.group or p.group in groups)
+    ]

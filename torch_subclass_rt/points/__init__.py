@@ -25,6 +25,8 @@ SUBSYSTEMS: tuple[str, ...] = (
     "export",
     "parametrize",
     "distributed",
+    "distributed_opaques",
+    "dtensor",  # opt-in group "dtensor" (install(dtensor=True))
     # last: a fix point may stack on a backport point of the same target
     "fixes",
 )

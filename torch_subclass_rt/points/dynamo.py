@@ -68,6 +68,10 @@ def _build_wrap_tensor(original):
                 """
                 for attr in attrs:
                     inner_value = getattr(value, attr)
+                    inner_source = AttrSource(self.source, attr)
+                    LazyVariableTracker.realize_all(
+                        VariableBuilder(self.tx, inner_source)(inner_value)
+                    )
                 """,
                 f"""
                 from {_HELPERS} import check_flatten_attr as _tsrt_check_flatten_attr
@@ -75,10 +79,38 @@ def _build_wrap_tensor(original):
                 for attr in attrs:
                     inner_value = getattr(value, attr)
                     _tsrt_check_flatten_attr(value, attr, inner_value)
+                    inner_source = AttrSource(self.source, attr)
+                    _tsrt_builder = VariableBuilder(self.tx, inner_source)
+                    # an opaque attr: a registered DeviceMesh / ProcessGroup
+                    # is a graph input here, not 2.11's constant variable
+                    # (points/distributed_opaques.py, VariableBuilder._wrap)
+                    _tsrt_builder._tsrt_opaque_attr = True
+                    LazyVariableTracker.realize_all(_tsrt_builder(inner_value))
                 """,
             ),
+            _WRAP_TENSOR_DTENSOR_CTX,
         ],
     )
+
+
+_WRAP_TENSOR_DTENSOR_CTX = Edit(
+    # install(dtensor=True) gives DTensor torch 2.13's flatten (mesh as an
+    # inner attr; points/dtensor.py): this branch must accept its context
+    # as well as 2.11's. Without that group DTensor's context is 2.11's and
+    # the check is the same as torch's.
+    """
+    if not (
+        len(flattening_ctx) == 2
+        and flattening_ctx[0] == value._spec
+        and flattening_ctx[1] == value.requires_grad
+    ):
+    """,
+    """
+    if not __import__(
+        "torch_subclass_rt.points.dtensor", fromlist=["flatten_ctx_ok"]
+    ).flatten_ctx_ok(value, flattening_ctx):
+    """,
+)
 
 
 def _build_dynamic_getattr(original):

@@ -62,3 +62,21 @@ def tangent_metadata_mismatch(
         "To fix this, your tensor subclass must implement the dunder method "
         "__coerce_same_metadata_as_tangent__."
     )
+
+
+def unregistered_opaque_member(real_type: type, member: str, registered: list[str]) -> AttributeError:
+    # Raised while tracing, where the opaque is a FakeScriptObject that only
+    # carries the members its registration lists (torch >= 2.11).
+    name = real_type.__name__
+    listed = ", ".join(registered) if registered else "none"
+    return AttributeError(
+        f"{_type_name(real_type)}.{member} was read while tracing, but {member!r} is "
+        f"not a registered member of the opaque type {name} (registered: {listed}). "
+        "While torch.compile traces, an opaque object is a FakeScriptObject that "
+        "carries only the members its registration lists. Register it, e.g. "
+        f"torch_subclass_rt.register_opaque({name}, typ='reference', "
+        f"members={{{member!r}: MemberType.USE_REAL, ...}}) "
+        "(MemberType from torch._library.opaque_object; USE_REAL reads it off the "
+        "real object at compile time and bakes the result into the graph), or "
+        "do not read it inside __torch_dispatch__ / fake kernels."
+    )

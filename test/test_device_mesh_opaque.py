@@ -1,0 +1,354 @@
+"""A ``DeviceMesh`` / ``ProcessGroup`` itself as an inner attr (issue 13).
+
+torch >= 2.12 registers both as reference opaques; on torch 2.11,
+``install()`` does (points/distributed_opaques.py). A sharded subclass lists
+the mesh in ``__tensor_flatten__`` and reads it while tracing, as a real
+sharded tensor does (``mesh.size()``, ``mesh.mesh_dim_names`` inside
+``__torch_dispatch__``, where the mesh is a FakeScriptObject under
+AOTAutograd; ``x.mesh.size()`` in the compiled function, under Dynamo).
+Checked: forward + backward with aot_eager and inductor, the runtime mesh on
+outputs and grads, one compile for equal meshes, a recompile for other dim
+names, a submesh of a 2-D mesh, and the error for an unregistered member.
+
+One process, a world-size-1 gloo default group (DeviceMesh needs one); the
+2-rank case is the demo (test_sharded_demo.py). Runs in the mode named by
+TSRT_MODE (harness.py).
+"""
+
+from __future__ import annotations
+
+import harness
+
+MODE = harness.setup_mode()
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.utils._pytree as pytree  # noqa: E402
+from torch._dynamo.test_case import TestCase  # noqa: E402
+from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend  # noqa: E402
+from torch._library.opaque_object import MemberType  # noqa: E402
+
+import torch_subclass_rt as tsrt  # noqa: E402
+
+# registers DeviceMesh and ProcessGroup on torch >= 2.12 and with the patch
+# series (install() does on 2.11)
+import torch.distributed.tensor  # noqa: E402,F401
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh  # noqa: E402
+
+
+def _world() -> None:
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+
+
+def _mesh(*names: str) -> DeviceMesh:
+    _world()
+    return init_device_mesh("cpu", (1,) * len(names), mesh_dim_names=names)
+
+
+def _new_group():
+    _world()
+    return dist.new_group([0], backend="gloo")
+
+
+class MeshSharded(torch.Tensor):
+    """A sharded tensor as PhysicsNeMo's ShardTensor holds one: the mesh (a
+    DeviceMesh or a ProcessGroup) is an inner attr, and dispatch reads it."""
+
+    #: what __torch_dispatch__ read off the mesh, per call (trace or eager)
+    seen: list = []
+    #: an extra member dispatch reads (the unregistered-member test)
+    extra_member: str | None = None
+
+    @staticmethod
+    def __new__(cls, local, mesh):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, local.shape, strides=local.stride(), dtype=local.dtype,
+            device=local.device, requires_grad=local.requires_grad,
+        )
+
+    def __init__(self, local, mesh):
+        self._local = local
+        self.mesh = mesh
+
+    def __repr__(self):
+        return f"MeshSharded({self._local!r})"
+
+    def __tensor_flatten__(self):
+        return ["_local", "mesh"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        return MeshSharded(inner["_local"], inner["mesh"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        mesh = next(a.mesh for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, MeshSharded))
+        kind = type(_real(mesh))
+        if issubclass(kind, DeviceMesh):
+            cls.seen.append((mesh.size(), mesh.ndim, mesh.mesh_dim_names, mesh.get_local_rank()))
+        elif issubclass(kind, Handle):
+            cls.seen.append((mesh.size(),))
+        else:  # a ProcessGroup
+            cls.seen.append((mesh.size(), mesh.rank()))
+        if cls.extra_member is not None:
+            getattr(mesh, cls.extra_member)
+        args, kwargs = pytree.tree_map_only(MeshSharded, lambda t: t._local, (args, kwargs))
+        out = func(*args, **kwargs)
+        return pytree.tree_map_only(torch.Tensor, lambda t: MeshSharded(t, mesh), out)
+
+
+def _real(mesh):
+    # while AOTAutograd traces, the mesh is a FakeScriptObject of the real one
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    return mesh.real_obj if isinstance(mesh, FakeScriptObject) else mesh
+
+
+class Handle(tsrt.OpaqueBase):
+    """A user-defined reference opaque with registered members."""
+
+    def __init__(self, n):
+        self.n = n
+        self.hidden = "not a registered member"
+
+    def size(self):
+        return self.n
+
+
+tsrt.register_opaque(Handle, typ="reference", members={"size": MemberType.USE_REAL})
+
+#: the mesh each call of dmtest::record ran with (by identity)
+_recorded: list = []
+
+
+@torch.library.custom_op("dmtest::record", mutates_args=())
+def record(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
+    _recorded.append(mesh)
+    return x.clone()
+
+
+@record.register_fake
+def _(x, mesh):
+    return torch.empty_like(x)
+
+
+class TestDeviceMeshOpaque(TestCase):
+    def setUp(self):
+        super().setUp()
+        harness.setup_mode()  # another module may have changed the install state
+        MeshSharded.seen = []
+        MeshSharded.extra_member = None
+
+    def tearDown(self):
+        MeshSharded.extra_member = None
+        super().tearDown()
+
+    def compile(self, fn, backend="aot_eager"):
+        self.recorder = AotEagerAndRecordGraphs() if backend == "aot_eager" else None
+        self.counter = CompileCounterWithBackend(self.recorder or backend)
+        return torch.compile(fn, backend=self.counter, fullgraph=True)
+
+    def assert_no_opaque_constant(self):
+        # the canary for the stale compile-time object: the mesh must be a
+        # graph input of every AOT graph, never an attribute of the module
+        if self.recorder is None:
+            return
+        for gm in (*self.recorder.fw_graphs, *self.recorder.bw_graphs):
+            code = gm.print_readable(print_output=False)
+            self.assertNotIn("_opaque_obj", code)
+            self.assertNotIn("get_attr", str(gm.graph))
+
+    def _fwd_bwd(self, device, make_mesh, backend, reads):
+        f = self.compile(lambda x: (x.sin() * 2).cos(), backend)
+        for _ in range(2):
+            mesh = make_mesh()
+            local = torch.randn(4, device=device)
+            x = MeshSharded(local.clone(), mesh).requires_grad_(True)
+            MeshSharded.seen = []
+            out = f(x)
+            self.assertIs(type(out), MeshSharded)
+            self.assertIs(out.mesh, mesh)
+            self.assertEqual(out._local, (local.sin() * 2).cos())
+            out.sum().backward()
+            self.assertIs(type(x.grad), MeshSharded)
+            self.assertIs(x.grad.mesh, mesh)
+            self.assertEqual(x.grad._local, -torch.sin(local.sin() * 2) * 2 * local.cos())
+        # traced once: dispatch ran with the mesh's members while tracing
+        self.assertEqual(self.counter.frame_count, 1)
+        self.assertIn(reads, MeshSharded.seen)
+        self.assert_no_opaque_constant()
+
+    def test_registered_by_type_and_by_name(self, device):
+        # torch looks opaque types up by class and by registered name (a
+        # custom op's schema, a FakeScriptObject's script_class_name); both
+        # must agree, with 2.13's members and guard
+        from torch._library import opaque_object as oo
+        from torch.distributed.distributed_c10d import ProcessGroup
+
+        for cls in (DeviceMesh, ProcessGroup):
+            name = oo.get_opaque_type_name(cls)
+            self.assertTrue(oo.is_opaque_reference_type(cls))
+            self.assertTrue(oo.is_opaque_reference_type(name))
+            self.assertIs(oo.get_opaque_obj_info(name), oo.get_opaque_obj_info(cls))
+        info = oo.get_opaque_obj_info(DeviceMesh)
+        for member in ("size", "mesh_dim_names", "ndim", "shape", "_layout", "get_local_rank"):
+            self.assertEqual(info.members[member], MemberType.USE_REAL)
+        mesh = _mesh("dp")
+        self.assertEqual(info.guard_fn(mesh), info.guard_fn(_mesh("dp")))
+        self.assertNotEqual(info.guard_fn(mesh), info.guard_fn(_mesh("tp")))
+        self.assertIsInstance(mesh, tsrt.OpaqueBase)
+
+    def test_device_mesh_in_attrs_aot_eager(self, device):
+        self._fwd_bwd(device, lambda: _mesh("dp"), "aot_eager", (1, 1, ("dp",), 0))
+
+    def test_device_mesh_in_attrs_inductor(self, device):
+        self._fwd_bwd(device, lambda: _mesh("dp"), "inductor", (1, 1, ("dp",), 0))
+
+    def test_process_group_in_attrs_aot_eager(self, device):
+        self._fwd_bwd(device, _new_group, "aot_eager", (1, 0))
+
+    def test_process_group_in_attrs_inductor(self, device):
+        self._fwd_bwd(device, _new_group, "inductor", (1, 0))
+
+    def test_equal_meshes_one_compile_runtime_mesh_aot_eager(self, device):
+        # two equal-valued meshes (other objects): one graph, and outputs /
+        # grads carry the caller's mesh, not the compile-time one
+        a, b = _mesh("dp"), _mesh("dp")
+        self.assertIsNot(a, b)
+        self.assertEqual(a, b)
+        f = self.compile(lambda x: x * 3)
+        for mesh in (a, b, a):
+            x = MeshSharded(torch.randn(3, device=device), mesh).requires_grad_(True)
+            out = f(x)
+            self.assertIs(out.mesh, mesh)
+            out.sum().backward()
+            self.assertIs(x.grad.mesh, mesh)
+        self.assertEqual(self.counter.frame_count, 1)
+        self.assert_no_opaque_constant()
+
+    def test_mesh_attr_into_custom_op_is_runtime_mesh(self, device):
+        # x.mesh handed to a custom op in the compiled function: a graph
+        # input (2.13), so each call's op runs with that call's mesh; 2.11's
+        # DeviceMeshVariable would bake the compile-time mesh into the graph
+        f = self.compile(lambda x: record(torch.ones(2) * x.mesh.size(), x.mesh))
+        a, b = _mesh("dp"), _mesh("dp")
+        for mesh in (a, b):
+            _recorded.clear()
+            f(MeshSharded(torch.randn(3, device=device), mesh))
+            self.assertEqual(len(_recorded), 1)
+            self.assertIs(_recorded[0], mesh)
+        self.assertEqual(self.counter.frame_count, 1)
+        self.assert_no_opaque_constant()
+
+    def test_other_dim_names_recompile(self, device):
+        f = self.compile(lambda x: x + 1)
+        for names, frames in ((("dp",), 1), (("dp",), 1), (("tp",), 2)):
+            mesh = _mesh(*names)
+            MeshSharded.seen = []
+            out = f(MeshSharded(torch.randn(3, device=device), mesh))
+            self.assertIs(out.mesh, mesh)
+            self.assertEqual(self.counter.frame_count, frames)
+        # the new graph was traced with the new mesh's dim names
+        self.assertIn((1, 1, ("tp",), 0), MeshSharded.seen)
+
+    def test_member_reads_in_dynamo(self, device):
+        # x.mesh.size() / mesh_dim_names in the compiled function itself
+        def fn(x):
+            m = x.mesh
+            k = m.size() + len(m.mesh_dim_names)
+            return x * k
+
+        f = self.compile(fn)
+        for _ in range(2):
+            mesh = _mesh("dp")
+            x = MeshSharded(torch.ones(3, device=device), mesh)
+            out = f(x)
+            self.assertIs(out.mesh, mesh)
+            self.assertEqual(out._local, torch.full((3,), 2.0, device=device))
+        self.assertEqual(self.counter.frame_count, 1)
+
+    def test_submesh_of_2d_mesh(self, device):
+        # a submesh (its root is a 2-D mesh) as the inner attr
+        f = self.compile(lambda x: x.exp())
+        for _ in range(2):
+            root = _mesh("dp", "tp")
+            sub = root["tp"]
+            self.assertIsNot(sub, root)
+            MeshSharded.seen = []
+            x = MeshSharded(torch.randn(3, device=device), sub).requires_grad_(True)
+            out = f(x)
+            self.assertIs(out.mesh, sub)
+            out.sum().backward()
+            self.assertIs(x.grad.mesh, sub)
+        self.assertEqual(self.counter.frame_count, 1)
+        self.assertIn((1, 1, ("tp",), 0), MeshSharded.seen)
+        self.assert_no_opaque_constant()
+
+    def test_dtensor_compile_unaffected(self, device):
+        # DeviceMesh registered by install() must not change how code
+        # without opaque attrs compiles: 2.11's DTensor (mesh in the flatten
+        # context; DTensor.from_local with a global mesh, which Dynamo keeps
+        # as a DeviceMeshVariable) forward + backward, as on stock torch
+        from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+        mesh = _mesh("dp")
+
+        def with_input(x):
+            return (x.sin() + 1).redistribute(mesh, [Replicate()]).to_local()
+
+        def with_from_local(t):
+            d = DTensor.from_local(t, mesh, [Shard(0)], run_check=False)
+            return (d * 2).redistribute(mesh, [Replicate()]).to_local()
+
+        full = torch.randn(4, 4, device=device)
+        x = distribute_tensor(full.clone().requires_grad_(True), mesh, [Shard(0)])
+        out = self.compile(with_input)(x)
+        self.assertEqual(out, full.sin() + 1)
+        out.sum().backward()
+        self.assertEqual(x.grad.full_tensor(), full.cos())
+        t = full.clone().requires_grad_(True)
+        out = self.compile(with_from_local)(t)
+        self.assertEqual(out, full * 2)
+        out.sum().backward()
+        self.assertEqual(t.grad, torch.full_like(full, 2.0))
+
+    def _unregistered(self, device, obj, member, type_name):
+        MeshSharded.extra_member = member
+        f = self.compile(lambda x: x * 2)
+        with self.assertRaises(Exception) as info:
+            f(MeshSharded(torch.randn(3, device=device), obj))
+        msg = str(info.exception)
+        self.assertIn(member, msg)
+        if MODE != "native":
+            self.assertNotIn("Tried to call __getattr__", msg)
+            self.assertIn(f"not a registered member of the opaque type {type_name}", msg)
+            self.assertIn(f"members={{'{member}': MemberType.USE_REAL", msg)
+        else:
+            # torch's own message (2.13: "... registering it via
+            # `register_opaque_type(members=...)`")
+            self.assertIn("members=", msg)
+
+    def test_unregistered_member_clear_error(self, device):
+        self._unregistered(device, _mesh("dp"), "get_all_groups", "DeviceMesh")
+
+    def test_unregistered_member_clear_error_user_opaque(self, device):
+        MeshSharded.extra_member = None
+        # a registered member works...
+        f = self.compile(lambda x: x * 2)
+        h = Handle(1)
+        out = f(MeshSharded(torch.randn(3, device=device), h))
+        self.assertIs(out.mesh, h)
+        self.assertIn((1,), MeshSharded.seen)
+        # ...an unregistered one is named
+        torch._dynamo.reset()
+        self._unregistered(device, Handle(1), "hidden", "Handle")
+
+
+harness.instantiate_cpu_and_cuda(TestDeviceMeshOpaque, globals())
+
+if __name__ == "__main__":
+    from torch._dynamo.test_case import run_tests
+
+    run_tests()

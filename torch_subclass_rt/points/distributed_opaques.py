@@ -1,0 +1,380 @@
+"""``DeviceMesh`` and ``ProcessGroup`` as reference opaques on torch 2.11.
+
+From torch 2.12, ``torch.distributed`` registers both as reference-type
+opaques (``_register_distributed_opaque_types`` in
+``torch/distributed/device_mesh.py``), so a subclass can list a mesh or a
+process group itself among its ``__tensor_flatten__`` attrs: the object is a
+graph input, members listed as ``USE_REAL`` are read off the real object at
+trace time (baked into the graph, guarded by ``guard_fn``), and outputs /
+grads carry the caller's object. On 2.11 neither class can be registered
+(``register_opaque_type`` requires the ``OpaqueBaseMeta`` metaclass, which
+2.13 gets by deriving ``DeviceMesh`` from ``OpaqueBase`` and by giving the
+pybind ``ProcessGroup`` that metaclass in C++), and Dynamo turns every mesh /
+process group into a ``DeviceMeshVariable`` / ``ProcessGroupVariable``
+constant (2.13 removed both).
+
+The points:
+
+* ``opaque_object._OPAQUE_TYPES`` / ``_OPAQUE_TYPES_BY_NAME``: 2.11's registry
+  seen through an overlay that adds the two classes with 2.13's members and
+  guard (registering on the registry directly, past the metaclass check; the
+  check itself stays for user classes). Writes go to torch's own dicts, so a
+  type registered while installed stays registered after ``uninstall()``;
+  the two entries of ours go away with the overlay.
+* ``OpaqueBaseMeta.__instancecheck__``: ``isinstance(x, OpaqueBase)`` asks the
+  registry, as 2.13 does, so a mesh counts as an opaque object (and its
+  ``FakeScriptObject`` too) wherever an opaque is recognised.
+* ``VariableBuilder._wrap``: a mesh / process group that is an inner attr of
+  a subclass input (marked by the ``wrap_tensor`` edit in ``dynamo.py``) is
+  wrapped as an opaque graph input (2.13's path) instead of 2.11's
+  ``DeviceMeshVariable`` (a constant: ``x.mesh`` handed to a custom op
+  graph-breaks, it has no proxy) / ``ProcessGroupVariable`` (``ID_MATCH``:
+  every new group recompiles). Everywhere else (a global mesh,
+  ``DTensor.from_local(x, mesh)``) 2.11's variables stay, so code without
+  opaque attrs traces as before.
+* ``FakeScriptObject.__getattribute__`` (also in forced mode, torch 2.13 has
+  the same message): reading an unregistered member of an opaque while
+  tracing names the type, the member and the ``members={...}`` registration
+  instead of the generic "Tried to call __getattr__ ... on a FakeScriptObject".
+
+Not ported: 2.13's ``reconstruct_fn`` for a submesh *derived* inside the
+traced code from a mesh input (needs 2.13's ``device_mesh::_get_submesh``
+custom op and the proxy tracer's reconstruct hook). A submesh that is itself
+the inner attr works like any mesh.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+from ..patching.registry import PatchPoint
+from ..patching.source_edit import Edit, edited_function
+from ._versions import ONLY_BACKPORT, RUNTIME
+
+_OO = "torch._library.opaque_object"
+_HELPERS = "torch_subclass_rt.points.distributed_opaques"
+
+# Note [Distributed opaque members]
+# The member lists and the guard are 2.13's (torch/distributed/device_mesh.py,
+# _register_distributed_opaque_types). Keep in sync with that function and with
+# the series' copy in patches/v2.11.0 (0015).
+_PROCESS_GROUP_MEMBERS = {
+    "size": "USE_REAL",
+    "rank": "USE_REAL",
+    "_get_backend_name": "USE_REAL",
+    "group_name": "USE_REAL",
+    "group_desc": "USE_REAL",
+    "__eq__": "USE_REAL",
+    "__ne__": "USE_REAL",
+}
+# 2.13's list less "_hash", which 2.11's DeviceMesh does not have
+# (maybe_to_fake_obj refuses a registered member the object lacks).
+_DEVICE_MESH_MEMBERS = {
+    "_flatten_rank_map": "USE_REAL",
+    "_layout": "USE_REAL",
+    "_device_type": "USE_REAL",
+    "_mesh_dim_names": "USE_REAL",
+    "_thread_id": "USE_REAL",
+    "get_rank": "USE_REAL",
+    "size": "USE_REAL",
+    "get_coordinate": "USE_REAL",
+    "get_local_rank": "USE_REAL",
+    "__eq__": "USE_REAL",
+    "__ne__": "USE_REAL",
+    "ndim": "USE_REAL",
+    "shape": "USE_REAL",
+    "mesh_dim_names": "USE_REAL",
+    "get_group": "INLINED",
+    "_pg_registry": "INLINED",
+    "_create_flatten_mesh": "USE_REAL",
+    "_coordinate_on_dim": "USE_REAL",
+    "_dim_group_names": "USE_REAL",
+    "_flatten_mapping": "USE_REAL",
+    "_rank_map": "USE_REAL",
+    "_root_mesh": "USE_REAL",
+    "device_type": "USE_REAL",
+    "mesh": "USE_REAL",
+    "_flatten": "INLINED",
+    "_unflatten": "USE_REAL",
+    "_is_current_rank_part_of_mesh": "USE_REAL",
+    "_sym_get_coordinate": "USE_REAL",
+    "_get_mesh_dim_by_name": "USE_REAL",
+    "_get_root_mesh": "INLINED",
+    "__getitem__": "INLINED",
+    "_get_slice_mesh_layout": "INLINED",
+    "_create_sub_mesh": "INLINED",
+}
+
+
+def _device_mesh_guard(mesh: Any) -> list[Any]:
+    # 2.13's guard_fn: a mesh with other ranks, layout, device type, dim
+    # names or creating thread is another graph (equal ones share it).
+    return [
+        mesh._flatten_rank_map,
+        mesh._layout,
+        mesh._device_type,
+        mesh._mesh_dim_names,
+        mesh._thread_id,
+    ]
+
+
+def distributed_opaque_classes() -> dict[type, tuple[dict[str, Any], Any]]:
+    """{class: (members, guard_fn)} for the classes 2.13 registers."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return {}
+    from torch._library.opaque_object import MemberType
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.distributed_c10d import ProcessGroup
+
+    return {
+        ProcessGroup: ({k: MemberType[v] for k, v in _PROCESS_GROUP_MEMBERS.items()}, None),
+        DeviceMesh: ({k: MemberType[v] for k, v in _DEVICE_MESH_MEMBERS.items()}, _device_mesh_guard),
+    }
+
+
+class _Overlay(MutableMapping):
+    """A registry dict seen with extra entries in front of it.
+
+    Reads find our entries first; writes and deletes of other keys go to
+    torch's dict, so registrations made while installed outlive the install.
+    """
+
+    def __init__(self, base: MutableMapping, extra: dict) -> None:
+        self._base = base
+        self._extra = extra
+
+    def __getitem__(self, key):
+        try:
+            return self._extra[key]
+        except (KeyError, TypeError):
+            return self._base[key]
+
+    def __contains__(self, key) -> bool:
+        try:
+            if key in self._extra:
+                return True
+        except TypeError:
+            pass
+        return key in self._base
+
+    def __setitem__(self, key, value) -> None:
+        if key in self._extra:
+            # re-registering DeviceMesh / ProcessGroup by hand: theirs wins
+            del self._extra[key]
+        self._base[key] = value
+
+    def __delitem__(self, key) -> None:
+        if key in self._extra:
+            del self._extra[key]
+        else:
+            del self._base[key]
+
+    def __iter__(self) -> Iterator:
+        yield from self._extra
+        for k in self._base:
+            if k not in self._extra:
+                yield k
+
+    def __len__(self) -> int:
+        return len(self._extra) + sum(1 for k in self._base if k not in self._extra)
+
+
+@functools.cache
+def _type_infos() -> dict[type, Any]:
+    import torch
+    from torch._library.opaque_object import _OpaqueTypeInfo
+
+    infos = {}
+    for cls, (members, guard_fn) in distributed_opaque_classes().items():
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        # 2.11's info has no reconstruct_fn field (see the module docstring)
+        infos[cls] = _OpaqueTypeInfo(name, "reference", guard_fn, members, False)
+        if not torch._C._is_opaque_type_registered(name):
+            # The C++ side only knows names (custom-op schemas may name the
+            # type); it cannot be unregistered and needs no undoing: without
+            # the Python entry the class is not an opaque type.
+            torch._C._register_opaque_type(name)
+    return infos
+
+
+def _build_opaque_types(original):
+    return _Overlay(original, dict(_type_infos()))
+
+
+def _build_opaque_types_by_name(original):
+    return _Overlay(original, {info.class_name: info for info in _type_infos().values()})
+
+
+def _build_instancecheck(original):
+    def __instancecheck__(cls, instance):
+        """Replaces ``torch._opaque_base.OpaqueBaseMeta.__instancecheck__``
+        (torch 2.11.0) with 2.13's rule for ``OpaqueBase`` itself: an
+        instance of any registered opaque type, or a FakeScriptObject of one
+        (``DeviceMesh`` / ``ProcessGroup`` do not derive from ``OpaqueBase``
+        on 2.11). For a concrete subclass, 2.11's nominal check is kept.
+        """
+        from torch._library.fake_class_registry import FakeScriptObject
+        from torch._library.opaque_object import is_opaque_type
+        from torch._opaque_base import OpaqueBase
+
+        if cls is OpaqueBase:
+            if type.__instancecheck__(cls, instance):
+                return True
+            if isinstance(instance, FakeScriptObject):
+                real = object.__getattribute__(instance, "__dict__").get("real_obj")
+                return real is not None and is_opaque_type(type(real))
+            return is_opaque_type(type(instance))
+        return original(cls, instance)
+
+    return __instancecheck__
+
+
+def treat_as_opaque(builder: Any, value: Any) -> bool:
+    """Called from the edited ``VariableBuilder._wrap``: wrap this mesh /
+    process group as an opaque graph input (set by the edited
+    ``wrap_tensor`` for the inner attrs of a subclass input)."""
+    from torch._library.opaque_object import is_opaque_reference_type
+
+    return bool(getattr(builder, "_tsrt_opaque_attr", False)) and is_opaque_reference_type(
+        type(value)
+    )
+
+
+def _build_wrap(original):
+    return edited_function(
+        original,
+        [
+            Edit(
+                """
+                elif ProcessGroupVariable.is_process_group(value):
+                """,
+                f"""
+                elif ProcessGroupVariable.is_process_group(value) and not __import__(
+                    "{_HELPERS}", fromlist=["treat_as_opaque"]
+                ).treat_as_opaque(self, value):
+                """,
+            ),
+            Edit(
+                """
+                elif DeviceMeshVariable.is_device_mesh(value):
+                """,
+                f"""
+                elif DeviceMeshVariable.is_device_mesh(value) and not __import__(
+                    "{_HELPERS}", fromlist=["treat_as_opaque"]
+                ).treat_as_opaque(self, value):
+                """,
+            ),
+        ],
+    )
+
+
+def unregistered_member_error(fake: Any, name: str) -> AttributeError | None:
+    """The error for reading member ``name`` of an opaque's FakeScriptObject
+    that its registration does not list (None: not an opaque, or a name
+    FakeScriptObject machinery probes)."""
+    from torch._library.opaque_object import get_opaque_obj_info
+
+    if name.startswith("__") and name.endswith("__"):
+        return None  # hasattr probes (__fx_repr__, __obj_flatten__, ...)
+    real = object.__getattribute__(fake, "__dict__").get("real_obj")
+    if real is None:
+        return None
+    info = get_opaque_obj_info(type(real))
+    if info is None:
+        return None
+    from ..runtime import errors
+
+    return errors.unregistered_opaque_member(type(real), name, sorted(info.members))
+
+
+#: torch's FakeScriptObject.__getattribute__, set when the point is built.
+#: A module global, not a closure cell: Dynamo guards on a traced
+#: __getattribute__'s closure through the *real* object's source, which has
+#: no such function (CLOSURE_MATCH on L['x'].mesh.__getattribute__.__func__).
+_torch_fake_getattribute: Any = None
+
+
+def _fake_getattribute(self, name):
+    """Wraps ``FakeScriptObject.__getattribute__`` (torch 2.11.0 / 2.13.0).
+
+    Differs only in the message for an opaque's unregistered member: it
+    names the opaque type and the member and shows the ``members={...}``
+    registration (2.11/2.13 say "Tried to call __getattr__ ... on a
+    FakeScriptObject"). Still an ``AttributeError``, so ``hasattr`` and
+    ``getattr(obj, name, default)`` behave as before.
+    """
+    try:
+        return _torch_fake_getattribute(self, name)
+    except AttributeError as e:
+        better = unregistered_member_error(self, name)
+        if better is None:
+            raise
+        raise better from e.__cause__
+
+
+def _build_getattribute(original):
+    global _torch_fake_getattribute
+    _torch_fake_getattribute = original
+    return _fake_getattribute
+
+
+POINTS = [
+    PatchPoint(
+        name="distributed_opaques._OPAQUE_TYPES",
+        target=f"{_OO}:_OPAQUE_TYPES",
+        build=_build_opaque_types,
+        reason="register DeviceMesh / ProcessGroup as reference opaques (2.13's members and guard)",
+        # infer_schema maps an annotation to its opaque type name through it
+        rebinds=("torch._library.infer_schema",),
+        guarded_by=(
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="distributed_opaques._OPAQUE_TYPES_BY_NAME",
+        target=f"{_OO}:_OPAQUE_TYPES_BY_NAME",
+        build=_build_opaque_types_by_name,
+        reason="the same registration, looked up by type name (custom-op schemas, Dynamo)",
+        guarded_by=(
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_registered_by_type_and_by_name_cpu",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="distributed_opaques.OpaqueBaseMeta.__instancecheck__",
+        target="torch._opaque_base:OpaqueBaseMeta.__instancecheck__",
+        build=_build_instancecheck,
+        reason="isinstance(x, OpaqueBase) asks the registry (2.13), so a DeviceMesh is an opaque object",
+        guarded_by=(
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="distributed_opaques.VariableBuilder._wrap",
+        target="torch._dynamo.variables.builder:VariableBuilder._wrap",
+        build=_build_wrap,
+        reason="a mesh / process group inner attr is an opaque graph input, not a DeviceMeshVariable constant",
+        guarded_by=(
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_mesh_attr_into_custom_op_is_runtime_mesh_cpu",
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="distributed_opaques.FakeScriptObject.__getattribute__",
+        target="torch._library.fake_class_registry:FakeScriptObject.__getattribute__",
+        build=_build_getattribute,
+        reason="an unregistered member read while tracing names the type, member and members={...}",
+        guarded_by=(
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_cpu",
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_user_opaque_cpu",
+        ),
+        **RUNTIME,
+    ),
+]

@@ -1,0 +1,197 @@
+"""Opt-in (``install(dtensor=True)``): DTensor's mesh as an opaque inner attr.
+
+torch 2.13's ``DTensor.__tensor_flatten__`` lists ``device_mesh`` among its
+inner attrs (``["_local_tensor", "device_mesh"]``) and keeps only
+placements, tensor meta, shard order and ``requires_grad`` in the context;
+``__tensor_unflatten__`` rebuilds the spec around the mesh it is handed. So
+the mesh is a graph input: one compiled graph serves every equal mesh, and
+outputs / grads carry the caller's mesh, not the one seen at compile time
+(2.11 keeps the whole ``_spec``, mesh included, in the context).
+
+These points give 2.11's DTensor the same flatten. They are a group of
+their own, applied only by ``install(dtensor=True)``: without them,
+``install()`` leaves DTensor exactly as torch 2.11 has it. They need the
+DeviceMesh registration of ``points/distributed_opaques.py``; two further
+piece lives in ``points/dynamo.py`` because its target is already edited
+there: ``dynamo.VariableBuilder.wrap_tensor``'s DTensor branch accepts this
+flatten's context (:func:`flatten_ctx_ok`).
+
+Not ported: passing the mesh to ``redistribute`` inside the compiled code
+(``x.redistribute(x.device_mesh, ...)``): 2.11's Dynamo needs the mesh as a
+Python constant there ("TorchScriptObjectVariable(FakeScriptObject) is
+self-referential"); ``x.redistribute(placements=...)`` keeps the mesh.
+
+On torch >= 2.13 DTensor flattens this way itself and ``dtensor=True`` adds
+nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..patching.registry import PatchPoint
+from ._versions import ONLY_BACKPORT
+
+_API = "torch.distributed.tensor._api"
+
+#: the point group install(dtensor=True) adds
+GROUP = "dtensor"
+
+_GUARD = "test/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::"
+
+
+def _tensor_flatten(self):
+    """Replaces ``DTensor.__tensor_flatten__`` (torch 2.11.0) with torch
+    2.13's layout: the mesh is an inner attr (a reference opaque, a graph
+    input), the context holds the rest of the spec.
+
+    Note [DTensor opaque-mesh flatten]: the context layout matches 2.13's
+    (placements, tensor_meta, shard_order, requires_grad); keep it in sync
+    with :func:`_tensor_unflatten` and :func:`flatten_ctx_ok`.
+    """
+    spec = self._spec
+    return ["_local_tensor", "device_mesh"], (
+        spec.placements,
+        spec.tensor_meta,
+        spec.shard_order,
+        self.requires_grad,
+    )
+
+
+def _tensor_unflatten(inner_tensors, flatten_spec, outer_size, outer_stride):
+    """Replaces ``DTensor.__tensor_unflatten__`` (torch 2.11.0): the spec is
+    rebuilt around the mesh passed in ``inner_tensors`` (the caller's mesh at
+    run time, its FakeScriptObject while tracing), as torch 2.13 does. See
+    Note [DTensor opaque-mesh flatten]."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+    if flatten_spec is None:
+        raise AssertionError(
+            "DTensor.__tensor_unflatten__ got no flatten context; expected the "
+            "one DTensor.__tensor_flatten__ returns (install(dtensor=True) layout)"
+        )
+    placements, tensor_meta, shard_order, requires_grad = flatten_spec
+    spec = DTensorSpec(
+        inner_tensors["device_mesh"],
+        placements,
+        tensor_meta=TensorMeta(shape=outer_size, stride=outer_stride, dtype=tensor_meta.dtype),
+        shard_order=shard_order,
+    )
+    return DTensor(inner_tensors["_local_tensor"], spec, requires_grad=requires_grad)
+
+
+def _coerce_same_metadata_as_tangent(self, flatten_spec, expected_type=None):
+    """Replaces ``DTensor.__coerce_same_metadata_as_tangent__`` (torch
+    2.11.0), which unpacks 2.11's flatten context ``(spec, requires_grad)``;
+    reads the placements from this module's context as torch 2.13 does. See
+    Note [DTensor opaque-mesh flatten]."""
+    if expected_type is not None:
+        return None
+    placements = flatten_spec[0]
+    return self.redistribute(device_mesh=self.device_mesh, placements=placements)
+
+
+def flatten_ctx_ok(value: Any, ctx: Any) -> bool:
+    """Called from the edited ``VariableBuilder.wrap_tensor`` (its DTensor
+    branch, which guards on ``_spec`` and ``requires_grad`` and so checks
+    that the context holds nothing else): true for 2.11's context
+    ``(_spec, requires_grad)`` and for this module's (see Note [DTensor
+    opaque-mesh flatten]), whose mesh is guarded as an opaque input."""
+    spec = value._spec
+    if len(ctx) == 2:
+        return ctx[0] == spec and ctx[1] == value.requires_grad
+    return (
+        len(ctx) == 4
+        and ctx[0] == spec.placements
+        and ctx[1] == spec.tensor_meta
+        and ctx[2] == spec.shard_order
+        and ctx[3] == value.requires_grad
+    )
+
+
+def _unwrap_fake_mesh(obj: Any) -> Any:
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    if isinstance(obj, FakeScriptObject):
+        real = object.__getattribute__(obj, "__dict__").get("real_obj")
+        if real is not None:
+            return real
+    return obj
+
+
+def _fake_eq(self, other):
+    """Added as ``FakeScriptObject.__eq__`` (torch 2.11.0 has none: identity),
+    as torch 2.13 has it: two fakes of one object, or a fake and its object,
+    are equal; otherwise the real objects compare (``!=`` follows, Python
+    derives ``__ne__``). A traced DTensor's redistribute compares its mesh
+    (a FakeScriptObject) with the target's, and its backward the forward's
+    fake mesh with the tangent's (another fake of the same mesh); 2.11's
+    identity made both "Cross device mesh comm not supported yet!"."""
+    if self is other:
+        return True
+    return _unwrap_fake_mesh(self) == _unwrap_fake_mesh(other)
+
+
+def _fake_hash(self):
+    """Added as ``FakeScriptObject.__hash__`` (torch 2.13): defining
+    ``__eq__`` would make the class unhashable; hash as the real object."""
+    real = _unwrap_fake_mesh(self)
+    try:
+        return hash(real)
+    except TypeError:
+        return id(real)
+
+
+POINTS = [
+    PatchPoint(
+        name="dtensor.DTensor.__tensor_flatten__",
+        target=f"{_API}:DTensor.__tensor_flatten__",
+        build=lambda _original: _tensor_flatten,
+        reason="DTensor's mesh is an inner attr (an opaque graph input), as in torch 2.13",
+        group=GROUP,
+        guarded_by=(_GUARD + "test_equal_meshes_one_compile_cpu",),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="dtensor.DTensor.__tensor_unflatten__",
+        target=f"{_API}:DTensor.__tensor_unflatten__",
+        build=lambda _original: staticmethod(_tensor_unflatten),
+        reason="DTensor's spec is rebuilt around the mesh passed at run time, as in torch 2.13",
+        group=GROUP,
+        guarded_by=(_GUARD + "test_dtensor_input_fwd_bwd_aot_eager_cpu",),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="dtensor.DTensor.__coerce_same_metadata_as_tangent__",
+        target=f"{_API}:DTensor.__coerce_same_metadata_as_tangent__",
+        build=lambda _original: _coerce_same_metadata_as_tangent,
+        reason="a tangent's placements are read from the new flatten context",
+        group=GROUP,
+        guarded_by=(_GUARD + "test_dtensor_input_fwd_bwd_aot_eager_cpu",),
+        **ONLY_BACKPORT,
+    ),
+    *(
+        PatchPoint(
+            name=f"dtensor.FakeScriptObject.{attr}",
+            target=f"torch._library.fake_class_registry:FakeScriptObject.{attr}",
+            build=lambda _original, fn=fn: fn,
+            reason="fakes of one object compare equal (torch 2.13), as a traced DTensor's meshes must",
+            new_attribute=True,
+            group=GROUP,
+            guarded_by=guarded_by,
+            **ONLY_BACKPORT,
+        )
+        for attr, fn, guarded_by in (
+            (
+                "__eq__",
+                _fake_eq,
+                (
+                    _GUARD + "test_dtensor_input_fwd_bwd_aot_eager_cpu",
+                    _GUARD + "test_fake_mesh_equals_its_mesh_cpu",
+                ),
+            ),
+            ("__hash__", _fake_hash, (_GUARD + "test_fake_mesh_equals_its_mesh_cpu",)),
+        )
+    ),
+]
