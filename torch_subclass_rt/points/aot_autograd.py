@@ -21,10 +21,6 @@ def _ours(obj):
     return lambda _original: obj
 
 
-def _ours_static(fn):
-    return lambda _original: staticmethod(fn)
-
-
 POINTS = [
     PatchPoint(
         name="aot.OpaqueMeta",
@@ -115,7 +111,7 @@ POINTS = [
     PatchPoint(
         name="aot.process_runtime_tangent",
         target=f"{_AOT}.runtime_wrappers:AOTDispatchAutograd.process_runtime_tangent",
-        build=_ours_static(tangents.process_runtime_tangent),
+        build=tangents.build,
         reason="opaque attrs have no tangent; keep their slot",
         **RUNTIME,
     ),
