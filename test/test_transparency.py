@@ -1,6 +1,6 @@
 """install() is invisible to subclasses that hold no opaque.
 
-Note [install() is transparent without opaques] (torch_subclass_rt/__init__.py)
+Note [install() is transparent without opaques] (torch_subclass_rt/runtime/__init__.py)
 promises that a program whose subclasses have no opaque among their inner
 attrs behaves exactly as on stock torch once install() ran: same results,
 same errors, word for word. Each case here runs one program twice in this

@@ -87,7 +87,7 @@ POINTS = [
     PatchPoint(
         name="aot.runtime_unwrap_tensor_subclasses",
         target=f"{_SU}:runtime_unwrap_tensor_subclasses",
-        build=_ours(flatten.runtime_unwrap_tensor_subclasses),
+        build=flatten.build_runtime_unwrap,
         reason="per-call unwrap: opaques take one flat slot",
         rebinds=(f"{_AOT}.runtime_wrappers",),
         **RUNTIME,

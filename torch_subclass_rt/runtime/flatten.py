@@ -26,6 +26,7 @@ Value-type opaques compare by ``__eq__`` and belong in the flatten *context*
 from __future__ import annotations
 
 import collections
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -81,6 +82,11 @@ def create_subclass_metadata(
     Returns ``(meta, next_idx)``. A plain tensor takes one slot; a subclass
     takes the slots of its inner attrs (recursively; one per opaque) followed,
     with ``count_symints``, by its symbolic sizes and strides.
+
+    Replaces ``subclass_utils.create_subclass_metadata`` (2.11.0 backport,
+    2.13.0 forced). Note [install() is transparent without opaques]: identical for tensor attrs (same walk, indices,
+    symint counts and fields); a non-tensor, non-opaque attr is the Note's
+    named exception.
     """
     names = aot()
     if not is_traceable_wrapper_subclass(a):
@@ -131,7 +137,11 @@ def create_subclass_meta(
     count_symints: bool = True,
     with_memory_format: bool = False,
 ) -> list[Any]:
-    """One metadata entry per argument of a flat (outer) argument list."""
+    """One metadata entry per argument of a flat (outer) argument list.
+
+    Replaces ``subclass_utils.create_subclass_meta``. Note [install() is transparent without opaques]:
+    identical (same loop, same PlainTensorMeta start indices).
+    """
     names = aot()
     idx = 0
     infos: list[Any] = []
@@ -154,7 +164,11 @@ def create_subclass_meta(
 
 
 def get_subclass_typing_container(tensor_subclass: Tensor) -> dict[type, list[Tensor]]:
-    """Subclass type -> instances, over a subclass and its nested inner tensors."""
+    """Subclass type -> instances, over a subclass and its nested inner tensors.
+
+    Replaces ``subclass_utils.get_subclass_typing_container``. Note [install() is transparent without opaques]:
+    identical for tensor attrs (same walk and order).
+    """
     tracker: dict[type, list[Tensor]] = collections.defaultdict(list)
 
     def visit(t: Tensor) -> None:
@@ -196,6 +210,10 @@ def unwrap_tensor_subclasses(
 
     Inner tensors and opaques in ``__tensor_flatten__`` order, then (with
     ``append_symints``) each subclass's symbolic sizes and strides.
+
+    Replaces ``subclass_utils.unwrap_tensor_subclasses``. Note [install() is transparent without opaques]:
+    identical (same order and descriptors; ``_fakeify_opaque`` returns any
+    non-opaque leaf unchanged).
     """
     names = aot()
     xs: list[Any] = []
@@ -248,6 +266,8 @@ def runtime_unwrap_tensor_subclasses(
 
     Runs on every call of a compiled function: it follows a precomputed
     plan per subclass metadata (see ``plans``); opaques are passed as they are.
+    Installed behind ``build_runtime_unwrap``, which hands metadata without
+    opaques to torch's function (Note [install() is transparent without opaques]).
     """
     if append_symints and subclass_metas is None:
         raise AssertionError("subclass_metas must not be None when append_symints is True")
@@ -264,6 +284,34 @@ def runtime_unwrap_tensor_subclasses(
                 raise AssertionError(f"expected SubclassCreationMeta, got {type(meta)}")
             plans.run_unwrap(plans.unwrap_plan(meta), x, out, append_symints)
     return out
+
+
+def build_runtime_unwrap(original: Any) -> Any:
+    """build() of the point for ``subclass_utils.runtime_unwrap_tensor_subclasses``.
+
+    Note [install() is transparent without opaques]: delegation. With
+    metadata and no ``OpaqueMeta`` in it, torch's function runs (it flattens
+    by each subclass's run-time ``__tensor_flatten__``); ours runs for
+    metadata with an opaque, and without metadata, where
+    ``get_plain_objects`` takes the leaves in torch's order (identical).
+    """
+
+    @functools.wraps(original)
+    def runtime_unwrap_tensor_subclasses_dispatch(
+        wrapped_args: Sequence[Any],
+        *,
+        append_symints: bool,
+        subclass_metas: Sequence[Any] | None = None,
+    ) -> list[Any]:
+        if subclass_metas is not None and not any(plans.has_opaque(m) for m in subclass_metas):
+            return original(
+                wrapped_args, append_symints=append_symints, subclass_metas=subclass_metas
+            )
+        return runtime_unwrap_tensor_subclasses(
+            wrapped_args, append_symints=append_symints, subclass_metas=subclass_metas
+        )
+
+    return runtime_unwrap_tensor_subclasses_dispatch
 
 
 def get_plain_objects(subclass: Any, *, out: list[Any]) -> list[Any]:

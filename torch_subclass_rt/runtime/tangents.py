@@ -29,6 +29,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from . import errors
 from ._torch_names import aot
+from .plans import has_opaque
 from .meta import OpaqueMeta
 
 
@@ -42,17 +43,6 @@ def _coerce_metadata(x: Any, expected_type: Any, expected_meta: Any, runtime_typ
         # Subclasses written before the 2-argument form take only the meta.
         return coerce(expected_meta)
     return coerce(expected_meta, expected_type)
-
-
-def has_opaque(meta: Any) -> bool:
-    """Whether an ``OpaqueMeta`` sits anywhere in this tangent metadata."""
-    SubclassCreationMeta = aot().SubclassCreationMeta
-    if type(meta) is not SubclassCreationMeta:
-        return False
-    for m in meta.attrs.values():
-        if type(m) is OpaqueMeta or (type(m) is SubclassCreationMeta and has_opaque(m)):
-            return True
-    return False
 
 
 def build(original: Any) -> staticmethod:

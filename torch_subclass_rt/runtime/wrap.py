@@ -29,6 +29,8 @@ def compute_outer_size_and_stride(
     torch 2.11 sliced the strides from ``curr_start_idx`` again instead of
     continuing after the sizes, which mis-rebuilt subclasses with more than
     one dynamic dim (fixed upstream by 2.13); this is the 2.13 behaviour.
+    Note [install() is transparent without opaques]: a named exception (the only
+    difference without opaques is this fix).
     """
 
     def take(outer: Any, start: int) -> tuple[Any, int]:
@@ -55,6 +57,11 @@ def creation_fn(self: Any, all_args: Sequence[Any], *, is_runtime: bool) -> Tens
 
     Opaque attrs take the object found in their slot: at run time that is the
     caller's (or the graph's output) object, never the compile-time one.
+
+    Replaces ``SubclassCreationMeta.creation_fn``. Note [install() is transparent without opaques]:
+    identical at trace time (same rebuild, same ``_mirror_autograd_meta_to``);
+    at run time identical through ``plans.run_wrap`` but for the outer-stride
+    fix of ``compute_outer_size_and_stride`` (a named exception).
     """
     if is_runtime:
         # Hot path (every call): a precomputed plan, no per-slot checks; the
@@ -105,6 +112,9 @@ def wrap_tensor_subclasses(
     ``num_fw_outs_saved_for_bw``, the flat list ends with that many extra
     activations the partitioner added, returned unwrapped after them
     (Note: [Partitioner handling for Subclasses, Part 2] in torch).
+
+    Replaces ``subclass_utils.wrap_tensor_subclasses``. Note [install() is transparent without opaques]:
+    identical (same loop, checks, messages and activations).
     """
     names = aot()
     PlainTensorMeta, SubclassCreationMeta = names.PlainTensorMeta, names.SubclassCreationMeta
