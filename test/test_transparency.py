@@ -12,6 +12,8 @@ Cases of ours (not upstream's):
 * inductor freezing with ``TwoTensor`` parameters: frozen subclass constants
   reach the per-call wrapper as ``None``; torch's loop passes them through,
   the generated wrapper once raised a TypeError;
+* ``is_fake`` / ``maybe_get_fake_mode`` on a subclass with no inner attrs
+  (torch's answers, not ours);
 * the "we guessed its metadata incorrectly" error of the compiled backward,
   for a plain tangent where a subclass was expected, a subclass tangent with
   a different flatten context, and a nested subclass whose inner tangent is
@@ -183,6 +185,42 @@ class TestInstallIsTransparent(TestCase):
         torch.manual_seed(0)
         stock, installed = self.stock_and_installed(lambda: (torch.manual_seed(0), run())[1])
         self.assertEqual(stock[0], "returned", f"stock torch failed: {stock!r}")
+        self.assertEqual(installed, stock)
+
+    # ------------------------------------------------------------------
+    # replacements that answer for subclasses: torch's answer without opaques
+
+    def test_fake_queries_on_subclass_without_inner_attrs(self):
+        class NoAttrs(torch.Tensor):
+            @staticmethod
+            def __new__(cls, like):
+                return torch.Tensor._make_wrapper_subclass(cls, like.shape, dtype=like.dtype)
+
+            def __tensor_flatten__(self):
+                return [], None
+
+            @staticmethod
+            def __tensor_unflatten__(inner, ctx, size, stride):
+                raise AssertionError("not rebuilt here")
+
+            @classmethod
+            def __torch_dispatch__(cls, func, types, args, kwargs=None):
+                raise AssertionError("not dispatched here")
+
+        x = NoAttrs(torch.randn(2))
+
+        def run():
+            from torch._subclasses import fake_tensor
+
+            answers = []
+            for query in (fake_tensor.is_fake, fake_tensor.maybe_get_fake_mode):
+                try:
+                    answers.append(query(x))
+                except Exception as e:  # noqa: BLE001 - part of the answer
+                    answers.append((type(e), str(e)))
+            return answers
+
+        stock, installed = self.stock_and_installed(run)
         self.assertEqual(installed, stock)
 
 
