@@ -12,8 +12,9 @@ Cases of ours (not upstream's):
 * inductor freezing with ``TwoTensor`` parameters: frozen subclass constants
   reach the per-call wrapper as ``None``; torch's loop passes them through,
   the generated wrapper once raised a TypeError;
-* ``is_fake`` / ``maybe_get_fake_mode`` on a subclass with no inner attrs
-  (torch's answers, not ours);
+* ``is_fake`` / ``maybe_get_fake_mode`` on a subclass with no inner attrs,
+  and ``is_fun``'s error for mixed functional inner tensors (torch's
+  answers and words, not ours);
 * the "we guessed its metadata incorrectly" error of the compiled backward,
   for a plain tangent where a subclass was expected, a subclass tangent with
   a different flatten context, and a nested subclass whose inner tangent is
@@ -222,6 +223,20 @@ class TestInstallIsTransparent(TestCase):
 
         stock, installed = self.stock_and_installed(run)
         self.assertEqual(installed, stock)
+
+    def test_is_fun_mixed_inner_tensors_error(self):
+        from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+
+        with FunctionalTensorMode():
+            functional = FunctionalTensor.to_functional(torch.randn(2))
+        x = TwoTensor(functional, torch.randn(2))
+
+        def run():
+            from torch._functorch._aot_autograd import functional_utils
+
+            return functional_utils.is_fun(x)
+
+        self.assertSameError(run, "mixed functional/non-functional inner tensors")
 
 
 if __name__ == "__main__":
