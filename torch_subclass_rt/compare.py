@@ -96,6 +96,8 @@ def _run_arm(arm: str, workdir: Path, pytest_args: list[str], force: bool, quiet
     env.pop(INSTALL_ENV, None)
     env[REPORT_ENV] = str(report)
     env["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / "inductor-cache")
+    # pytest's output reaches us through a pipe: show it as it comes
+    env.setdefault("PYTHONUNBUFFERED", "1")
     # the package itself must be importable in every process of the run
     package_root = str(Path(__file__).resolve().parent.parent)
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
