@@ -50,8 +50,12 @@ class TestGeneratedWrapper(TestCase):
             seen["flat"] = list(flat)
             return seen["outs"]
 
+        def torch_loop(args):
+            seen["torch_loop"] = list(args)
+            return "from torch's loop"
+
         fn = codegen.build_subclass_wrapper(
-            compiled_fn, runtime_metas(inputs), runtime_metas(outputs), num_saved
+            compiled_fn, runtime_metas(inputs), runtime_metas(outputs), num_saved, torch_loop
         )
         return fn, seen
 
@@ -88,12 +92,20 @@ class TestGeneratedWrapper(TestCase):
         self.assertIs(out_plain, plain)
         self.assertIs(out_saved, saved)
 
-    def test_wrong_input_type_is_reported(self):
+    def test_other_input_types_go_to_torch_loop(self):
+        """Inductor freezing passes None (or a plain tensor) where the metadata
+        says subclass; torch's loop takes those, so they go to it, untouched."""
         x = MeshTensor(torch.randn(3), MeshHandle())
-        fn, seen = self.build([x], [])
+        plain = torch.randn(2)
+        fn, seen = self.build([plain, x], [])
         seen["outs"] = []
-        with self.assertRaisesRegex(TypeError, "argument 0: expected a MeshTensor .* got a Tensor"):
-            fn([torch.randn(3)])
+        for other in (None, torch.randn(3)):
+            seen.pop("flat", None)
+            args = [plain, other, "rng-seed"]
+            self.assertEqual(fn(args), "from torch's loop")
+            self.assertEqual(seen["torch_loop"][1:], [other, "rng-seed"])
+            self.assertIs(seen["torch_loop"][0], plain)
+            self.assertNotIn("flat", seen, "the generated code must not call compiled_fn")
 
     def test_wrong_output_count_is_reported(self):
         x = MeshTensor(torch.randn(3), MeshHandle())

@@ -1,4 +1,4 @@
-"""Command line: ``python -m torch_subclass_rt {status,selftest,demo}``."""
+"""Command line: ``python -m torch_subclass_rt {status,selftest,demo,compare}``."""
 
 from __future__ import annotations
 
@@ -47,7 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     from torch_subclass_rt import demo
 
     demo.add_arguments(sub.add_parser("demo", help="2-rank gloo training of a sharded MLP, compiled"))
+    from torch_subclass_rt import compare
+
+    compare.add_arguments(sub.add_parser(
+        "compare", help="run a pytest suite stock and with install(); list the tests whose outcome differs",
+        usage="python -m torch_subclass_rt compare [--force] [--keep DIR] [--quiet] -- <pytest args>",
+    ))
     args = parser.parse_args(argv)
+    if args.cmd == "compare":
+        return compare.compare(args.pytest_args, force=args.force, keep=args.keep, quiet=args.quiet)
     if args.cmd == "status":
         return _status(args)
     if args.cmd == "demo":

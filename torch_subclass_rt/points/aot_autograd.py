@@ -30,10 +30,6 @@ def _ours(obj):
     return lambda _original: obj
 
 
-def _ours_static(fn):
-    return lambda _original: staticmethod(fn)
-
-
 POINTS = [
     PatchPoint(
         name="aot.OpaqueMeta",
@@ -106,7 +102,7 @@ POINTS = [
     PatchPoint(
         name="aot.process_runtime_tangent",
         target=f"{_AOT}.runtime_wrappers:AOTDispatchAutograd.process_runtime_tangent",
-        build=_ours_static(tangents.process_runtime_tangent),
+        build=tangents.build,
         reason="opaque attrs have no tangent; keep their slot (forced: our runtime's "
         "tangent handling in place of 2.13's)",
         # Not on 2.11: its process_runtime_tangent already passes a non-tensor

@@ -31,6 +31,8 @@ def _build_get_untyped_storages(original):
     call this per tensor). Unlike 2.12, any *other* non-tensor attr still
     gets 2.11's warning rather than 2.12's AssertionError: the backport adds
     opaque support and leaves the rest of 2.11's behaviour alone.
+    Note [install() is transparent without opaques]: identical (2.11's loop; without
+    opaques every attr is pushed, as in 2.11).
     """
 
     @functools.wraps(original)
@@ -66,6 +68,8 @@ def _build_sync_module_params_and_buffers(original):
     ``_check_module_states_for_sync_module_states`` (reads ``.device``) and
     the broadcast. The edited code runs in ``_init_utils``'s globals, which
     lack our helper, so it imports it locally (a cached import, once per call).
+    Note [install() is transparent without opaques]: identical (torch's own source; the
+    filters drop nothing without opaques).
     """
     return edited_function(
         original,

@@ -28,6 +28,9 @@ _BUILDER = "torch._dynamo.variables.builder"
 
 
 def _build_automatic_dynamic(original):
+    # Note [install() is transparent without opaques]: identical (torch's own source;
+    # without opaques the inserted lines skip nothing; a non-tensor, non-opaque
+    # attr is the Note's named exception).
     # 2.12 creates inner symbolic contexts for tensor attrs only; opaque attrs
     # have none (meta_tensor and produce_guards_verbose skip them too). This
     # is the first place Dynamo looks at the attrs, so an attr that is neither
@@ -58,6 +61,8 @@ def _build_automatic_dynamic(original):
 
 
 def _build_wrap_tensor(original):
+    # Note [install() is transparent without opaques]: identical (torch's own source;
+    # the inserted check passes every tensor; the named exception otherwise).
     # 2.12 rejects flatten attrs that are neither tensors nor reference
     # opaques up front, with an error that names the attr (2.11 failed later,
     # deep inside fakeification).
@@ -114,6 +119,9 @@ _WRAP_TENSOR_DTENSOR_CTX = Edit(
 
 
 def _build_dynamic_getattr(original):
+    # Note [install() is transparent without opaques]: identical (torch's own source;
+    # without opaques no attr is a FakeScriptObject, and a tensor passes the
+    # check exactly as it passed 2.11's assert).
     # `y.mesh` on an intermediate subclass (no source): 2.11 asserts a
     # flatten attr is a tensor. 2.12 also accepts an opaque (wrap_fx_proxy
     # turns a real reference opaque into a FakeScriptObject-backed
@@ -149,6 +157,8 @@ def _build_dynamic_getattr(original):
 
 
 def _build_handle_traced_output(original):
+    # Note [install() is transparent without opaques]: identical (torch's own source; the
+    # new branch only matches a FakeScriptObject, i.e. an opaque).
     # An op whose output is already a FakeScriptObject (e.g. getitem on the
     # flatten ctx/attrs of a fake subclass, as compiled autograd's backward
     # prologue does): 2.11 has no branch for it and graph-breaks with
@@ -173,6 +183,8 @@ def _build_handle_traced_output(original):
 
 
 def _build_codegen_call(original):
+    # Note [install() is transparent without opaques]: identical (torch's own source; the
+    # added class is only built for opaques).
     # Returning an opaque (`return y, y.mesh`): its TorchScriptObjectVariable
     # is a graph output like a tensor (2.12 adds it to this isinstance list).
     # A value-type opaque constant built in the function has no graph node;
@@ -232,6 +244,8 @@ def _apply_func_to_inner_tensors_of_same_dim(
     """Replaces ``torch._dynamo.decorators._apply_func_to_inner_tensors_of_same_dim``
     (torch 2.11.0). Differs: opaque attrs are skipped (they have no dims), as
     in torch 2.12; anything else that is not a tensor is an error.
+    Note [install() is transparent without opaques]: identical for tensor attrs (2.11's
+    loop: same attrs, same dim test, same calls).
     """
     assert is_traceable_wrapper_subclass(t)
 

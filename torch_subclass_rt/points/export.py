@@ -45,6 +45,8 @@ def _build_create_symbolic_context_for_tensor(original):
     context comes back, the sentinel entries are removed from its
     ``inner_contexts`` (a plain dict), leaving exactly what 2.12+ builds.
     Everything else is the original code, untouched.
+    Note [install() is transparent without opaques]: delegation (without opaques no
+    sentinel is made or stripped; the original's result is returned as is).
     """
 
     @functools.wraps(original)

@@ -26,8 +26,9 @@ _MU = "torch._subclasses.meta_utils"
 _HELPERS = "torch_subclass_rt.points._fake_opaque_attrs"
 
 
-def _tensor_attrs(x: Any) -> list[Tensor]:
-    """The flatten attrs of subclass ``x`` that are not opaque objects."""
+def _tensor_attrs(x: Any) -> list[Tensor] | None:
+    """The flatten attrs of subclass ``x`` that are not opaque objects, or
+    None when no attr is an opaque (then torch's function answers)."""
     attrs, _ = type(x).__tensor_flatten__(x)
     out = []
     for attr in attrs:
@@ -35,7 +36,7 @@ def _tensor_attrs(x: Any) -> list[Tensor]:
         if not isinstance(inner, Tensor) and is_opaque_object(inner):
             continue
         out.append(inner)
-    return out
+    return out if len(out) != len(attrs) else None
 
 
 def _build_is_fake(original):
@@ -48,9 +49,11 @@ def _build_is_fake(original):
         (FakeTensor, functional and functorch wrappers) is answered by the
         2.11 function, which recurses through the module global and so comes
         back here for a subclass inside a wrapper.
+        Note [install() is transparent without opaques]: delegation for
+        everything without an opaque attr (a subclass without one included).
         """
-        if is_traceable_wrapper_subclass(x):
-            tensors = _tensor_attrs(x)
+        tensors = _tensor_attrs(x) if is_traceable_wrapper_subclass(x) else None
+        if tensors is not None:
             all_fake = all(is_fake(t) for t in tensors)
             any_fake = any(is_fake(t) for t in tensors)
             if all_fake != any_fake:
@@ -70,9 +73,12 @@ def _build_maybe_get_fake_mode(original):
         are skipped (as in torch 2.12); the tensor attrs must all report the
         same mode (2.11's rule); no tensor attrs -> None. Everything else is
         delegated to the 2.11 function.
+        Note [install() is transparent without opaques]: delegation for
+        everything without an opaque attr (a subclass without one included).
         """
-        if is_traceable_wrapper_subclass(t):
-            modes = [maybe_get_fake_mode(x) for x in _tensor_attrs(t)]
+        tensors = _tensor_attrs(t) if is_traceable_wrapper_subclass(t) else None
+        if tensors is not None:
+            modes = [maybe_get_fake_mode(x) for x in tensors]
             if not modes:
                 return None
             m = modes[0]
@@ -86,6 +92,9 @@ def _build_maybe_get_fake_mode(original):
 
 
 def _build_describe_tensor(original):
+    # Note [install() is transparent without opaques]: identical (torch's own source;
+    # without opaques describe_flatten_attrs describes every attr as 2.11 did
+    # and nothing is attached).
     # 2.12 describes tensor attrs and keeps opaque attrs aside
     # (MetaTensorDesc.opaque_attrs). We keep them on the desc instance; see
     # _fake_opaque_attrs for why not a dataclass field.
@@ -123,6 +132,9 @@ def _build_describe_tensor(original):
 
 
 def _build_meta_tensor(original):
+    # Note [install() is transparent without opaques]: identical (torch's own source;
+    # without opaques nothing is added to inner_tensors and every attr has a
+    # desc).
     return edited_function(
         original,
         [

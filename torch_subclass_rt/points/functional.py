@@ -34,7 +34,11 @@ _AOT = "torch._functorch._aot_autograd"
 
 
 def _answer_for_opaques(neutral: Any):
-    """build(): wrap ``original`` so an opaque first argument yields ``neutral``."""
+    """build(): wrap ``original`` so an opaque first argument yields ``neutral``.
+
+    Note [install() is transparent without opaques]: delegation (anything but an
+    opaque goes to the original).
+    """
 
     def build(original):
         @functools.wraps(original)
@@ -48,11 +52,36 @@ def _answer_for_opaques(neutral: Any):
     return build
 
 
+def _build_is_fun(original):
+    @functools.wraps(original)
+    def is_fun_dispatch(t: object) -> bool:
+        if isinstance(t, Tensor) and is_traceable_wrapper_subclass(t):
+            attrs, _ = t.__tensor_flatten__()  # type: ignore[attr-defined]
+            if any(
+                not isinstance(v, Tensor) and is_opaque_object(v)
+                for v in (getattr(t, a) for a in attrs)
+            ):
+                return is_fun(t)
+        return original(t)
+
+    return is_fun_dispatch
+
+
+def _fu_is_fun(t: object) -> bool:
+    # the installed is_fun (the dispatcher), as torch's recursion would call
+    from torch._functorch._aot_autograd import functional_utils
+
+    return functional_utils.is_fun(t)
+
+
 def is_fun(t: object) -> bool:
     """Replaces ``functional_utils.is_fun`` (torch 2.11.0).
 
     Differs from 2.11: opaque attrs of a subclass are skipped; the subclass is
     functional iff its tensor attrs are (they must agree), as in torch 2.12.
+    Installed behind ``_build_is_fun``. Note [install() is transparent without opaques]:
+    delegation (a value without an opaque attr goes to torch's function,
+    whose recursion comes back through the module global).
     """
     from torch._subclasses.functional_tensor import FunctionalTensor
 
@@ -63,7 +92,7 @@ def is_fun(t: object) -> bool:
             inner = getattr(t, attr)
             if not isinstance(inner, Tensor) and is_opaque_object(inner):
                 continue
-            fun = is_fun(inner)
+            fun = _fu_is_fun(inner)
             if got is None:
                 got = fun
             elif got != fun:
@@ -135,7 +164,7 @@ POINTS = [
     PatchPoint(
         name="functional.is_fun",
         target=f"{_FU}:is_fun",
-        build=lambda _original: is_fun,
+        build=_build_is_fun,
         reason="'mixed functional/non-functional inner tensors' on opaque attrs",
         rebinds=(_ROOT, _GCW),
         guarded_by=(

@@ -18,6 +18,8 @@ _HELPERS = "torch_subclass_rt.points._dynamo_opaque"
 
 
 def _build_produce_guards_verbose(original):
+    # Note [install() is transparent without opaques]: identical (torch's own source;
+    # without opaques no attr is skipped).
     return edited_function(
         original,
         [

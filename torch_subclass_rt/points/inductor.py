@@ -23,6 +23,8 @@ from ._versions import ONLY_BACKPORT
 
 
 def _build(original):
+    # Note [install() is transparent without opaques]: delegation (only a reference
+    # opaque is keyed here; everything else goes to the original).
     @functools.wraps(original)
     def _reduce_fake_script_object(self, t):
         real = t.real_obj

@@ -40,6 +40,8 @@ def _build_forward(original):
 
     Differs from 2.11: an ``OpaqueMeta`` attr takes its object from the next
     flat slot as is, instead of recursing into it (torch 2.12 behaviour).
+    Note [install() is transparent without opaques]: identical without an
+    ``OpaqueMeta`` (2.11's recursion and rebuild).
     """
 
     @functools.wraps(original)
@@ -80,6 +82,9 @@ def _build_right_inverse(original):
     ``OpaqueMeta`` and the object itself is appended to the flat list;
     a value-type opaque raises ``ValueError``; any other non-tensor attr
     raises ``AssertionError`` (2.11 failed on it with an AttributeError).
+    Note [install() is transparent without opaques]: identical for tensor attrs
+    (2.11's metadata and flat list); a non-tensor, non-opaque attr is the
+    Note's named exception.
     """
     # 2.11's own dataclass, so consumers see the type they expect.
     subclass_creation_meta = original.__globals__["SubclassCreationMeta"]
@@ -154,6 +159,8 @@ def _build_parametrization_list_init(original):
     is stored as a plain attribute ``original{i}``; a value-type opaque raises
     ``ValueError``. The zero-argument ``super()`` keeps working (source_edit
     re-creates the ``__class__`` cell).
+    Note [install() is transparent without opaques]: identical (torch's own
+    source; the inserted branch only takes opaques).
     """
     return edited_function(
         original,
@@ -187,6 +194,8 @@ def _build_parametrization_list_right_inverse(original):
     """``ParametrizationList.right_inverse`` (torch 2.11.0) with one edit, as
     2.12: a reference-type opaque in the returned sequence replaces the plain
     attribute ``original{i}`` (no dtype check, no ``set_``).
+    Note [install() is transparent without opaques]: identical (torch's own
+    source; the inserted branch only takes opaques).
     """
     return edited_function(
         original,

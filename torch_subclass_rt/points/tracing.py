@@ -39,6 +39,8 @@ def _real_obj(obj: Any) -> Any:
 
 
 def _wrap_set_proxy_slot(original):
+    # Note [install() is transparent without opaques]: delegation (the side map only
+    # records FakeScriptObjects of registered opaques).
     @functools.wraps(original)
     def set_proxy_slot(obj, tracer, proxy):
         real = _real_obj(obj)
@@ -54,6 +56,8 @@ def _wrap_set_proxy_slot(original):
 
 
 def _wrap_get_proxy_slot(original):
+    # Note [install() is transparent without opaques]: delegation (a miss is retried
+    # with the caller's default, so torch's own answer or error comes back).
     from torch.fx.experimental.proxy_tensor import _NoDefault
 
     missing = object()
@@ -80,6 +84,8 @@ def _fake_script_object_init(original):
     being deep-copied (a DeviceMesh deep copy is costly, and the copy breaks
     identity with the caller's object, which dedup and guards rely on).
     TorchScript objects are still deep-copied, as in 2.11 and 2.13.
+    Note [install() is transparent without opaques]: identical for every object
+    that is not a registered opaque (2.11's deep copy and warning).
     """
     from torch.utils._python_dispatch import _disable_current_modes
 

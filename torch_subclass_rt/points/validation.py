@@ -21,6 +21,8 @@ from ._versions import ONLY_FORCED
 
 
 def _validate_then_wrap(original):
+    # Note [install() is transparent without opaques]: delegation (after a check that
+    # passes every tensor attr; the named exception otherwise).
     @functools.wraps(original)
     def wrap_tensor(self, value):
         if is_traceable_wrapper_subclass(value):

@@ -5,6 +5,40 @@ flat list (inner tensors, opaques, symints); ``wrap`` rebuilds subclasses from
 that list; ``tangents`` prepares runtime tangents for the backward. Opaques take
 one slot in the flat list, marked by :class:`~.meta.OpaqueMeta`.
 See Note [Opaque attrs in the flat argument list] in ``flatten``.
+
+Note [install() is transparent without opaques]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+``install()`` is process-wide: every tensor subclass (DTensor, NestedTensor,
+torchao's, the user's) then runs through this runtime and the patch points,
+not only those with opaque attrs. The rule: on every path where no opaque
+appears, the result is torch's own -- same outputs, graphs, recompiles and
+errors, word for word. Every function that replaces a torch function (here
+and in ``points/``) says, with a line referencing this Note, which of two
+ways it keeps the rule:
+
+* delegation: on a path without opaques it calls the torch object it
+  replaced (or the wrapper torch itself built), with the arguments it got;
+* identical: it reimplements torch's function, and without opaques it takes
+  the same steps in the same order with the same results and errors (an
+  edited copy of torch's own source whose inserted lines do nothing without
+  opaques counts as this).
+
+A replacement for which neither can be said must be changed to delegate.
+Named exceptions, where install() deliberately differs from stock 2.11
+without opaques (each one torch itself changed later, so it is 2.13's
+behaviour):
+
+* ``wrap.compute_outer_size_and_stride`` (and the generated wrapper, which
+  rebuilds outputs the same way): torch 2.11 fills the dynamic *strides* of a
+  rebuilt subclass output from the slots of its sizes (a ``TwoTensor`` of
+  shape (3, 5) compiled with ``dynamic=True`` comes back with stride (3, 1));
+  install() gives the real strides, (5, 1), as torch 2.13 does;
+* an inner attr that is neither a tensor nor a registered opaque gets, at
+  trace time, an error naming the subclass and the attr (torch 2.12's
+  check) where torch 2.11 fails later inside fakeification.
+
+Checked by test/test_transparency.py (stock and installed in one process)
+and, on a user's own suite, by ``python -m torch_subclass_rt compare``.
 """
 
 from .meta import OpaqueMeta

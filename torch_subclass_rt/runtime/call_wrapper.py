@@ -12,6 +12,13 @@ generated from need runtime-safe metadata (``make_runtime_safe()`` runs after
 at DEBUG when the function is compiled, torch's original wrapper (which logs
 every step) is used.
 
+Note [install() is transparent without opaques]: delegation. torch's own
+``post_compile`` builds its wrapper for every compiled function; a call whose
+subclass arguments are not exactly the compiled subclass types (inductor
+freezing passes ``None`` for frozen subclass parameters) runs through it
+unchanged, and the generated fast path is proven identical to it for the
+calls it takes (see ``codegen``).
+
 Not part of the patch series (patches/): it changes how fast the wrapper
 runs, not what it does; upstream's equivalent is a separate change that
 torch 2.13 ships, and the series keeps 2.11's loop, which already handles
@@ -38,6 +45,8 @@ def post_compile(original):
         if rw.aot_graphs_log.isEnabledFor(logging.DEBUG):
             return original(self, compiled_fn, aot_config, runtime_metadata=runtime_metadata)
         num_saved = self.num_fw_outs_saved_for_bw
+        # torch's own loop, for every call the generated code does not take
+        torch_loop = original(self, compiled_fn, aot_config, runtime_metadata=runtime_metadata)
         generated = None
 
         @functools.wraps(compiled_fn)
@@ -49,6 +58,7 @@ def post_compile(original):
                     runtime_metadata.subclass_inp_meta,
                     runtime_metadata.subclass_fw_graph_out_meta,
                     num_saved,
+                    torch_loop,
                 )
             return generated(args)
 

@@ -12,7 +12,7 @@ attr name, subclass type and flatten context baked in, e.g. for a
 
     def subclass_wrapper(args):
         a0 = args[0]
-        if type(a0) is not _in_type1: raise _bad_input2(a0)
+        if type(a0) is not _in_type1: return torch_loop(args)
         flat = [a0._local, a0.mesh]
         if len(args) > 1: flat.extend(args[1:])
         args.clear()
@@ -22,7 +22,18 @@ attr name, subclass type and flatten context baked in, e.g. for a
             {'_local': outs[0], 'mesh': outs[1]}, _ctx0, _size0, _stride0),)
 
 Opaque attrs are one slot each, exactly like a plain inner tensor (see
-Note [Opaque attrs in the flat argument list] in ``flatten``). torch >= 2.13
+Note [Opaque attrs in the flat argument list] in ``flatten``).
+
+Note [install() is transparent without opaques] holds here by delegation: the
+fast path only runs when every argument the metadata marks as a subclass
+arrives as exactly that subclass; any other call (inductor freezing passes
+``None`` for a frozen subclass parameter, a plain tensor can replace a frozen
+constant, a subclass of the subclass) goes, untouched, to ``torch_loop``, the
+wrapper torch's own ``post_compile`` built, so it does whatever torch's loop
+does with it. Where the fast path runs it is identical to torch's loop: same
+flat list (inner attrs in ``__tensor_flatten__`` order, which Dynamo's guards
+fix per compiled graph; symbolic sizes then strides), same trailing
+arguments, same rebuild through ``__tensor_unflatten__``, same activations. torch >= 2.13
 generates the same kind of wrapper itself (``subclass_codegen``); this is our
 own generator, used on torch 2.11 where the wrapper is a data-driven loop.
 """
@@ -113,23 +124,12 @@ def _wrap_expr(src: _Source, plan: plans.WrapPlan) -> str:
     return f"{cls}.__tensor_unflatten__({{{entries}}}, {ctx}, {size}, {stride})"
 
 
-def _bad_input(position: int, expected: type) -> Callable[[Any], TypeError]:
-    def error(got: Any) -> TypeError:
-        return TypeError(
-            f"compiled function argument {position}: expected a "
-            f"{expected.__qualname__} (the subclass it was compiled for), got a "
-            f"{type(got).__qualname__}; Dynamo's guards should have recompiled "
-            "(this is a bug in torch_subclass_rt, please report it)"
-        )
-
-    return error
-
 
 def subclass_wrapper_source(
     inp_metas: Sequence[Any], out_metas: Sequence[Any], num_saved: int | None
 ) -> tuple[str, dict[str, Any]]:
     """Source and globals of ``subclass_wrapper(args)`` for runtime-safe
-    metadata (``compiled_fn`` is bound by the caller)."""
+    metadata (``compiled_fn`` and ``torch_loop`` are bound by the caller)."""
     names = aot()
     src = _Source()
 
@@ -139,9 +139,9 @@ def subclass_wrapper_source(
             var = f"a{i}"
             expected = meta.original_subclass_type or type(meta.original_subclass)
             cls = src.bind("_in_type", expected)
-            err = src.bind("_bad_input", _bad_input(i, expected))
             src.emit(f"{var} = args[{i}]")
-            src.emit(f"if type({var}) is not {cls}: raise {err}({var})")
+            # anything else (None for a frozen parameter, ...): torch's loop
+            src.emit(f"if type({var}) is not {cls}: return torch_loop(args)")
             _unwrap_items(src, plans.unwrap_plan(meta), var, items)
         else:
             items.append(f"args[{i}]")
@@ -189,10 +189,16 @@ def build_subclass_wrapper(
     inp_metas: Sequence[Any],
     out_metas: Sequence[Any],
     num_saved: int | None,
+    torch_loop: Callable[[list[Any]], Any],
 ) -> Callable[[list[Any]], Any]:
-    """The generated wrapper as a function (boxed call convention)."""
+    """The generated wrapper as a function (boxed call convention).
+
+    ``torch_loop``: torch's own per-call wrapper around the same
+    ``compiled_fn``, called with the untouched ``args`` for any call whose
+    subclass arguments are not exactly the compiled types."""
     source, env = subclass_wrapper_source(inp_metas, out_metas, num_saved)
     env["compiled_fn"] = compiled_fn
+    env["torch_loop"] = torch_loop
     if log.isEnabledFor(logging.DEBUG):
         log.debug("generated subclass wrapper:\n%s", source)
     # A real file name (this module's) so tracebacks point somewhere useful and

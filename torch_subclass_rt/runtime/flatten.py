@@ -76,6 +76,11 @@ def create_subclass_metadata(
     Returns ``(meta, next_idx)``. A plain tensor takes one slot; a subclass
     takes the slots of its inner attrs (recursively; one per opaque) followed,
     with ``count_symints``, by its symbolic sizes and strides.
+
+    Replaces ``subclass_utils.create_subclass_metadata`` (2.11.0 backport,
+    2.13.0 forced). Note [install() is transparent without opaques]: identical for tensor attrs (same walk, indices,
+    symint counts and fields); a non-tensor, non-opaque attr is the Note's
+    named exception.
     """
     names = aot()
     if not is_traceable_wrapper_subclass(a):
@@ -126,7 +131,11 @@ def create_subclass_meta(
     count_symints: bool = True,
     with_memory_format: bool = False,
 ) -> list[Any]:
-    """One metadata entry per argument of a flat (outer) argument list."""
+    """One metadata entry per argument of a flat (outer) argument list.
+
+    Replaces ``subclass_utils.create_subclass_meta``. Note [install() is transparent without opaques]:
+    identical (same loop, same PlainTensorMeta start indices).
+    """
     names = aot()
     idx = 0
     infos: list[Any] = []
@@ -175,6 +184,10 @@ def unwrap_tensor_subclasses(
 
     Inner tensors and opaques in ``__tensor_flatten__`` order, then (with
     ``append_symints``) each subclass's symbolic sizes and strides.
+
+    Replaces ``subclass_utils.unwrap_tensor_subclasses``. Note [install() is transparent without opaques]:
+    identical (same order and descriptors; ``_fakeify_opaque`` returns any
+    non-opaque leaf unchanged).
     """
     names = aot()
     xs: list[Any] = []

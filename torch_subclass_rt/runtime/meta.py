@@ -16,6 +16,8 @@ slots silently dropped (the generated wrapper matched no case for them),
 and the compiled graph was called with too few inputs.
 
 torch 2.11 has none; ``install()`` adds ours there (points/aot_autograd.py).
+Note [install() is transparent without opaques]: a new attribute; nothing
+reads it on a path without opaques.
 """
 
 from __future__ import annotations

@@ -99,6 +99,25 @@ def _build_wrap(meta: Any) -> WrapPlan:
     )
 
 
+def _any_opaque(meta: Any) -> bool:
+    from .meta import OpaqueMeta
+
+    SubclassCreationMeta = aot().SubclassCreationMeta
+    return any(
+        type(m) is OpaqueMeta or (type(m) is SubclassCreationMeta and _any_opaque(m))
+        for m in meta.attrs.values()
+    )
+
+
+def has_opaque(meta: Any) -> bool:
+    """Whether an ``OpaqueMeta`` sits anywhere in this metadata (cached per
+    metadata object). Decides, per Note [install() is transparent without
+    opaques], whether a replacement hands the work to torch's function."""
+    if type(meta) is not aot().SubclassCreationMeta:
+        return False
+    return _cached(meta, "has_opaque", _any_opaque)
+
+
 def unwrap_plan(meta: Any) -> UnwrapPlan:
     return _cached(meta, "unwrap", _build_unwrap)
 

@@ -4,10 +4,24 @@ Before the compiled backward runs, each incoming grad_output is coerced to the
 type, flatten context and memory format that were assumed when the backward
 was traced, and flattened into the backward's inputs. Opaque attrs are not
 differentiable; they keep their flat slot and are passed through untouched.
+
+Replaces ``AOTDispatchAutograd.process_runtime_tangent`` (torch 2.11.0
+backport, 2.13.0 forced) through :func:`build`. Note [install() is
+transparent without opaques]: delegation. A tangent whose metadata holds no
+``OpaqueMeta`` anywhere (a plain tensor, or any subclass without opaques) is
+handed to torch's own function with the very arguments it got, so users see
+torch's behaviour and torch's error messages word for word (2.11's "we
+guessed its metadata incorrectly" text; 2.13's with tangent index,
+descriptor and stack trace). Only metadata with an opaque slot runs
+:func:`process_runtime_tangent` below, which differs from torch 2.13's
+function only in that its error, where torch has no detailed one (2.11),
+comes from ``errors.tangent_metadata_mismatch``.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -15,6 +29,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from . import errors
 from ._torch_names import aot
+from .plans import has_opaque
 from .meta import OpaqueMeta
 
 
@@ -30,6 +45,39 @@ def _coerce_metadata(x: Any, expected_type: Any, expected_meta: Any, runtime_typ
     return coerce(expected_meta, expected_type)
 
 
+def build(original: Any) -> staticmethod:
+    """build() of the point: torch's function for metadata without opaques,
+    ours for metadata with one (see the module docstring)."""
+    torch_fn = original.__func__ if isinstance(original, staticmethod) else original
+
+    @functools.wraps(torch_fn)
+    def process_runtime_tangent_dispatch(x: Any, meta: Any, *rest: Any, **kw: Any) -> Any:
+        if not has_opaque(meta):
+            return torch_fn(x, meta, *rest, **kw)
+        return process_runtime_tangent(x, meta, *rest, recurse=process_runtime_tangent_dispatch, **kw)
+
+    return staticmethod(process_runtime_tangent_dispatch)
+
+
+def _mismatch(
+    expected_type: Any, expected_meta: Any, runtime_type: Any, runtime_meta: Any, x: Any,
+    tangent_idx: Any, tangent_desc: Any, compile_id_str: Any, tangent_stack_trace: Any,
+) -> Exception:
+    # torch >= 2.13 words this error in detail (index, descriptor, graph,
+    # stack trace); its own helper, so the message is native's word for word.
+    from torch._functorch._aot_autograd.runtime_wrappers import AOTDispatchAutograd
+
+    native = getattr(AOTDispatchAutograd, "_raise_tangent_metadata_error", None)
+    if native is not None:
+        return native(
+            expected_type, expected_meta, runtime_type, runtime_meta, x,
+            tangent_idx, tangent_desc, compile_id_str, tangent_stack_trace,
+        )
+    return errors.tangent_metadata_mismatch(
+        expected_type, expected_meta, runtime_type, runtime_meta, x
+    )
+
+
 def process_runtime_tangent(
     x: Any,
     meta: Any,
@@ -37,13 +85,21 @@ def process_runtime_tangent(
     tangent_desc: Any = None,
     compile_id_str: str | None = None,
     tangent_stack_trace: str | None = None,
+    *,
+    recurse: Callable[..., Any] | None = None,
 ) -> tuple[Any, list[Any]]:
     """Returns ``(coerced tangent, its flat leaves for the backward graph)``.
 
-    The extra keyword arguments exist in torch >= 2.13's signature (for its
-    error message) and are accepted so callers of either version work.
+    Same steps as torch 2.13's ``AOTDispatchAutograd.process_runtime_tangent``
+    (which skips opaque slots the same way). The extra positional arguments
+    exist in torch >= 2.13's signature (for its error message) and are
+    accepted so callers of either version work. ``recurse`` processes inner
+    attrs (the installed dispatcher, so inner metadata without opaques goes
+    to torch's function as torch's own recursion would).
     """
     names = aot()
+    if recurse is None:
+        recurse = process_runtime_tangent
     if not isinstance(x, torch.Tensor):
         return x, [x]
 
@@ -73,8 +129,9 @@ def process_runtime_tangent(
     orig_x = x
     x = _coerce_metadata(x, expected_type, expected_meta, runtime_type, runtime_meta)
     if x is None:
-        raise errors.tangent_metadata_mismatch(
-            expected_type, expected_meta, runtime_type, runtime_meta, orig_x
+        raise _mismatch(
+            expected_type, expected_meta, runtime_type, runtime_meta, orig_x,
+            tangent_idx, tangent_desc, compile_id_str, tangent_stack_trace,
         )
 
     if not meta.memory_format:
@@ -99,7 +156,7 @@ def process_runtime_tangent(
         if type(attr_meta) is OpaqueMeta:
             leaves.append(elem)  # one slot, no tangent to coerce
             continue
-        new_elem, elem_leaves = process_runtime_tangent(elem, attr_meta)
+        new_elem, elem_leaves = recurse(elem, attr_meta)
         if new_elem is not elem:
             setattr(x, attr, new_elem)
         leaves.extend(elem_leaves)

@@ -26,6 +26,11 @@ def creation_fn(self: Any, all_args: Sequence[Any], *, is_runtime: bool) -> Tens
 
     Opaque attrs take the object found in their slot: at run time that is the
     caller's (or the graph's output) object, never the compile-time one.
+
+    Replaces ``SubclassCreationMeta.creation_fn``. Note [install() is transparent without opaques]:
+    identical at trace time (same rebuild, same ``_mirror_autograd_meta_to``);
+    at run time identical through ``plans.run_wrap`` but for the outer-stride
+    fix of ``compute_outer_size_and_stride`` (a named exception).
     """
     if is_runtime:
         # Hot path (every call): a precomputed plan, no per-slot checks; the
