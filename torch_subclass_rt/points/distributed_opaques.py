@@ -59,7 +59,7 @@ _HELPERS = "torch_subclass_rt.points.distributed_opaques"
 # Note [Distributed opaque members]
 # The member lists and the guard are 2.13's (torch/distributed/device_mesh.py,
 # _register_distributed_opaque_types). Keep in sync with that function and with
-# the series' copy in patches/v2.11.0 (0015).
+# the series' copy in patches/v2.11.0 (0012).
 _PROCESS_GROUP_MEMBERS = {
     "size": "USE_REAL",
     "rank": "USE_REAL",
