@@ -17,6 +17,8 @@ TSRT_MODE (harness.py).
 
 from __future__ import annotations
 
+import unittest
+
 import harness
 
 MODE = harness.setup_mode()
@@ -206,9 +208,17 @@ class TestDeviceMeshOpaque(TestCase):
     def test_device_mesh_in_attrs_inductor(self, device):
         self._fwd_bwd(device, lambda: _mesh("dp"), "inductor", (1, 1, ("dp",), 0))
 
+    # torch 2.12 registers ProcessGroup, but its AOTAutograd metadata check
+    # (`expected Tensor or OpaqueBase, got <class '...ProcessGroup'>`) does
+    # not accept it among inner attrs; 2.13 does. install() on 2.12 carries
+    # no fix for it (yet), so on 2.12 this documents the native bug.
+    _PG_BROKEN_NATIVE = harness.torch_major_minor() == (2, 12) and MODE in ("native", "native+fixes")
+
+    @(unittest.expectedFailure if _PG_BROKEN_NATIVE else (lambda f: f))
     def test_process_group_in_attrs_aot_eager(self, device):
         self._fwd_bwd(device, _new_group, "aot_eager", (1, 0))
 
+    @(unittest.expectedFailure if _PG_BROKEN_NATIVE else (lambda f: f))
     def test_process_group_in_attrs_inductor(self, device):
         self._fwd_bwd(device, _new_group, "inductor", (1, 0))
 
@@ -321,7 +331,7 @@ class TestDeviceMeshOpaque(TestCase):
             f(MeshSharded(torch.randn(3, device=device), obj))
         msg = str(info.exception)
         self.assertIn(member, msg)
-        if MODE != "native":
+        if MODE in ("backport", "forced"):  # our runtime's message
             self.assertNotIn("Tried to call __getattr__", msg)
             self.assertIn(f"not a registered member of the opaque type {type_name}", msg)
             self.assertIn(f"members={{'{member}': MemberType.USE_REAL", msg)

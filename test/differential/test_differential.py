@@ -75,7 +75,7 @@ _SETTINGS = dict(
 
 def _cache_context(case):
     # Note [Native AOTAutogradCache and broken sharing]
-    if case.backend == "inductor" and MODE in ("native", "forced"):
+    if case.backend == "inductor" and MODE in ("native", "native+fixes", "forced"):
         return torch._functorch.config.patch(enable_autograd_cache=False)
     return contextlib.nullcontext()
 
