@@ -260,6 +260,45 @@ def assertExpectedGraphs(test, recorder, prefix: str = "") -> None:
 
 
 # --------------------------------------------------------------------------
+# structured trace (TORCH_TRACE / tlparse)
+
+
+class captured_trace_artifacts:
+    """Collect the ``trace_structured("artifact", ...)`` records emitted in
+    the block as ``{name: [(encoding, payload), ...]}`` (what tlparse shows).
+
+    ``trace_structured`` does nothing unless torch's trace logger has a
+    handler, so one is attached for the block."""
+
+    def __enter__(self) -> dict[str, list[str]]:
+        import logging
+
+        from torch._logging._internal import trace_log
+
+        self.artifacts: dict[str, list[str]] = {}
+        artifacts = self.artifacts
+
+        class _Handler(logging.Handler):
+            def emit(self, record):
+                meta = getattr(record, "metadata", {}).get("artifact")
+                if meta is not None:
+                    artifacts.setdefault(meta["name"], []).append(
+                        (meta["encoding"], record.payload)
+                    )
+
+        self._log = trace_log
+        self._handler = _Handler()
+        self._level = trace_log.level
+        trace_log.addHandler(self._handler)
+        trace_log.setLevel(logging.DEBUG)
+        return artifacts
+
+    def __exit__(self, *exc) -> None:
+        self._log.removeHandler(self._handler)
+        self._log.setLevel(self._level)
+
+
+# --------------------------------------------------------------------------
 # device parametrization
 
 
