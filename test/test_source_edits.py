@@ -201,6 +201,18 @@ class TestSourceEditDiffs(TestCase):
                 + "\n".join(problems)
             )
 
+    def test_reinstall_adds_no_linecache_entries(self):
+        def entries():
+            return {k for k in linecache.cache if k.startswith("<torch_subclass_rt edit of ")}
+
+        before = entries()
+        if not before:
+            self.skipTest(f"install() edits no torch source in mode {MODE}")
+        tsrt.uninstall()
+        self.assertEqual(entries(), before, "uninstall() leaves the text (nothing to undo)")
+        harness.restore_mode()
+        self.assertEqual(entries(), before, "the same edits reuse their entries")
+
     def test_edited_text_reaches_package_only_through_tsrt(self):
         for name, rec in _edited_replacements().items():
             self.assertNotIn("torch_subclass_rt", rec.edited, name)
