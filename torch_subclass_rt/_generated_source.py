@@ -55,18 +55,17 @@ def register_source(filename: str, source: str) -> None:
 
 
 def compile_source(
-    source: str, stem: str, globals: dict[str, Any], namespace: dict[str, Any] | None = None
+    source: str, stem: str, globals: dict[str, Any]
 ) -> tuple[dict[str, Any], str]:
     """``exec`` ``source`` (registered with linecache first) with ``globals``;
     returns the namespace its definitions went into and its file name.
 
-    ``namespace`` None: definitions go into a fresh dict, not ``globals``
-    (which may be a torch module's own)."""
+    Definitions go into a fresh dict, not into ``globals`` (which may be a
+    torch module's own)."""
     filename = source_filename(stem, source)
     register_source(filename, source)
     code = compile(source, filename, "exec", dont_inherit=True)
-    if namespace is None:
-        namespace = {}
+    namespace: dict[str, Any] = {}
     exec(code, globals, namespace)  # noqa: S102 - our own generated/edited source
     return namespace, filename
 
