@@ -90,21 +90,21 @@ class TestEditMechanics(TestCase):
         fn = self.edit_small()
         text = format_exc_text(fn, 1, 1)
         self.assertIn("edited assert fired", text)
-        self.assertIn("<torch_subclass_rt edit of test_source_edits._small #", text)
+        self.assertIn(f"<torch_subclass_rt edit of {__name__}._small #", text)
         # the source line itself, as for any function loaded from a file
         self.assertIn("assert total != 2, 'edited assert fired'\n", text)
 
     def test_edited_source_and_inspect(self):
         fn = self.edit_small()
         record = edited_source_of(fn)
-        self.assertEqual(record.target, "test_source_edits._small")
+        self.assertEqual(record.target, f"{__name__}._small")
         self.assertEqual(record.original, inspect.getsource(_small))
         self.assertIn("assert total != 2", record.edited)
         self.assertIn("assert total != 2", inspect.getsource(fn))
         self.assertEqual(
             record.diff(),
-            "--- test_source_edits._small (torch)\n"
-            "+++ test_source_edits._small (edited by torch_subclass_rt)\n"
+            f"--- {__name__}._small (torch)\n"
+            f"+++ {__name__}._small (edited by torch_subclass_rt)\n"
             "@@ -1,3 +1,4 @@\n"
             " def _small(x, d):\n"
             "     total = x + 1\n"
