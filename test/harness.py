@@ -29,9 +29,15 @@ and forced runs of one torch read the very same files: forced mode is only
 correct if it traces the graphs native torch traces.
 
 ``EXPECTTEST_ACCEPT=1`` records dumps instead of failing: a dump equal to the
-shared file passes untouched; a missing shared file is written; otherwise the
+shared file passes untouched (and deletes the running torch's override, which
+would then override nothing); a missing shared file is written; otherwise the
 per-version override of the running torch is (re)written. Comparisons are
-always exact.
+always exact; a mismatch shows the diff expected-first (expected lines ``-``,
+actual ``+``), as expecttest does.
+
+``test/test_expectations.py`` checks the directory itself: every file belongs
+to a test method that exists, and every override has a shared counterpart
+(or a recorded reason) and differs from it.
 """
 
 from __future__ import annotations
@@ -202,6 +208,25 @@ def _accepting() -> bool:
     return os.environ.get("EXPECTTEST_ACCEPT", "").lower() in ("1", "true", "yes", "on")
 
 
+def expected_first_diff(path: Path, expected: str, actual: str) -> str:
+    """Unified diff from the expected file to what the test produced, as
+    expecttest shows it: expected lines ``-``, actual lines ``+``."""
+    import difflib
+
+    try:
+        shown = path.relative_to(EXPECTED_DIR.parent)
+    except ValueError:
+        shown = path
+    return "".join(
+        difflib.unified_diff(
+            expected.splitlines(keepends=True),
+            actual.splitlines(keepends=True),
+            fromfile=f"{shown} (expected)",
+            tofile="actual",
+        )
+    )
+
+
 def expected_paths(test, name: str) -> tuple[Path, Path]:
     fname = f"{type(test).__name__}.{test._testMethodName}.{name}.txt"
     major, minor = torch_major_minor()
@@ -221,12 +246,7 @@ def assertExpectedGraph(test, text, name: str) -> None:
         (Path(dump_dir) / shared.name).write_text(text)
 
     if _accepting():
-        if shared.exists() and shared.read_text() == text:
-            return
-        target = override if shared.exists() else shared
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if not (target.exists() and target.read_text() == text):
-            target.write_text(text)
+        _accept(shared, override, text)
         return
 
     path = override if override.exists() else shared
@@ -235,12 +255,36 @@ def assertExpectedGraph(test, text, name: str) -> None:
             f"no expected graph {shared.relative_to(EXPECTED_DIR.parent)} "
             f"(record it with EXPECTTEST_ACCEPT=1); got:\n{text}"
         )
-    test.assertMultiLineEqual(
-        text,
-        path.read_text(),
-        f"graph {name!r} differs from {path.relative_to(EXPECTED_DIR.parent)} "
-        "(EXPECTTEST_ACCEPT=1 records a per-version override)",
-    )
+    expected = path.read_text()
+    if text != expected:
+        # not assertMultiLineEqual(text, expected): its diff shows the
+        # expected lines as '+'; reviewers read expecttest's direction
+        test.fail(
+            f"graph {name!r} differs from {path.relative_to(EXPECTED_DIR.parent)} "
+            "(EXPECTTEST_ACCEPT=1 records a per-version override):\n"
+            + expected_first_diff(path, expected, text)
+        )
+
+
+def _accept(shared: Path, override: Path, text: str) -> None:
+    """Record ``text``: into the shared file when there is none, else into
+    the running torch's override unless the shared file already says it.
+    When the running torch produces the shared text, its override is
+    deleted: equal to the shared file it would override nothing (and keep a
+    later change of the shared file from applying to this torch); different
+    from it, it is stale."""
+    if not shared.exists():
+        shared.parent.mkdir(parents=True, exist_ok=True)
+        shared.write_text(text)
+    elif shared.read_text() != text:
+        override.parent.mkdir(parents=True, exist_ok=True)
+        if not (override.exists() and override.read_text() == text):
+            override.write_text(text)
+        return
+    if override.exists():
+        override.unlink()
+        if not any(override.parent.iterdir()):
+            override.parent.rmdir()
 
 
 def assertExpectedGraphs(test, recorder, prefix: str = "") -> None:
@@ -257,6 +301,45 @@ def assertExpectedGraphs(test, recorder, prefix: str = "") -> None:
     for kind, graphs in groups:
         for i, gm in enumerate(graphs):
             assertExpectedGraph(test, gm, f"{prefix}{kind}.{i}")
+
+
+# --------------------------------------------------------------------------
+# structured trace (TORCH_TRACE / tlparse)
+
+
+class captured_trace_artifacts:
+    """Collect the ``trace_structured("artifact", ...)`` records emitted in
+    the block as ``{name: [(encoding, payload), ...]}`` (what tlparse shows).
+
+    ``trace_structured`` does nothing unless torch's trace logger has a
+    handler, so one is attached for the block."""
+
+    def __enter__(self) -> dict[str, list[str]]:
+        import logging
+
+        from torch._logging._internal import trace_log
+
+        self.artifacts: dict[str, list[str]] = {}
+        artifacts = self.artifacts
+
+        class _Handler(logging.Handler):
+            def emit(self, record):
+                meta = getattr(record, "metadata", {}).get("artifact")
+                if meta is not None:
+                    artifacts.setdefault(meta["name"], []).append(
+                        (meta["encoding"], record.payload)
+                    )
+
+        self._log = trace_log
+        self._handler = _Handler()
+        self._level = trace_log.level
+        trace_log.addHandler(self._handler)
+        trace_log.setLevel(logging.DEBUG)
+        return artifacts
+
+    def __exit__(self, *exc) -> None:
+        self._log.removeHandler(self._handler)
+        self._log.setLevel(self._level)
 
 
 # --------------------------------------------------------------------------

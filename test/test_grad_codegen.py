@@ -107,6 +107,39 @@ class TestGeneratedGradWrapper(TestCase):
             grad_codegen.grad_wrapper_source(metas, walker)
 
 
+class TestGeneratedGradWrapperDebuggable(TestCase):
+    """Same debugging aids as the forward wrapper (linecache, structured
+    trace, DEBUG log), through the one helper both use."""
+
+    def test_traceback_artifact_and_log(self):
+        import inspect
+        import traceback
+
+        x = MeshTensor(torch.randn(3), MeshHandle())
+        metas = runtime_metas([x])
+
+        def walk(outs):
+            raise RuntimeError("walker reached")
+
+        with harness.captured_trace_artifacts() as artifacts, self.assertLogs(
+            GRAD_LOGGER, "DEBUG"
+        ) as logs:
+            fn = grad_codegen.build_grad_wrapper(metas, walk)
+        source = inspect.getsource(fn)
+        self.assertTrue(source.startswith("def grad_wrapper(outs):\n"), source)
+        self.assertEqual(artifacts.get("torch_subclass_rt_grad_wrapper"), [("string", source)])
+        self.assertEqual([r.getMessage() for r in logs.records],
+                         [f"generated grad wrapper:\n{source}"])
+        try:  # not assertRaises: it drops the traceback
+            fn((torch.randn(3),))  # wrong count: the generated line defers to walk
+        except RuntimeError as e:
+            text = "".join(traceback.format_exception(e))
+        else:
+            self.fail("no error")
+        self.assertIn("grad_codegen.py:grad_wrapper#", text)
+        self.assertIn("if len(outs) != 2: return _walk", text)
+
+
 def metas_without_symints(x):
     from torch._subclasses.fake_tensor import FakeTensorMode
 

@@ -115,6 +115,67 @@ class TestGeneratedWrapper(TestCase):
             fn([x])
 
 
+class TestGeneratedWrapperDebuggable(TestCase):
+    """The generated wrapper debugs like torch.fx's generated code: its text
+    is in linecache (tracebacks, pdb, inspect), in the structured trace
+    (tlparse) and in the module log."""
+
+    def build_with_bad_outputs(self):
+        x = MeshTensor(torch.randn(3), MeshHandle())
+        fn = codegen.build_subclass_wrapper(
+            lambda flat: [torch.randn(3)], runtime_metas([x]), runtime_metas([x]), None,
+            lambda args: None,
+        )
+        return fn, x
+
+    def test_traceback_shows_generated_line(self):
+        import traceback
+
+        fn, x = self.build_with_bad_outputs()
+        try:  # not assertRaises: it drops the traceback
+            fn([x])
+        except AssertionError as e:
+            text = "".join(traceback.format_exception(e))
+        else:
+            self.fail("no error")
+        self.assertIn("codegen.py:subclass_wrapper#", text)
+        self.assertIn("if len(outs) != 2: raise _bad_output_count", text)
+
+    def test_inspect_getsource(self):
+        import inspect
+
+        fn, _ = self.build_with_bad_outputs()
+        src = inspect.getsource(fn)
+        self.assertTrue(src.startswith("def subclass_wrapper(args):\n"), src)
+        self.assertIn("outs = compiled_fn(flat)", src)
+
+    def test_same_text_one_linecache_entry(self):
+        import linecache
+
+        fn1, _ = self.build_with_bad_outputs()
+        fn2, _ = self.build_with_bad_outputs()
+        name = fn1.__code__.co_filename
+        self.assertEqual(name, fn2.__code__.co_filename, "keyed by the text")
+        self.assertIn(name, linecache.cache)
+        linecache.checkcache()  # what every traceback does; no file to stat
+        self.assertIn(name, linecache.cache)
+
+    def test_trace_artifact_and_debug_log(self):
+        with harness.captured_trace_artifacts() as artifacts, self.assertLogs(
+            CODEGEN_LOGGER, "DEBUG"
+        ) as logs:
+            fn, _ = self.build_with_bad_outputs()
+        import inspect
+
+        source = inspect.getsource(fn)
+        self.assertEqual(
+            artifacts.get("torch_subclass_rt_subclass_wrapper"), [("string", source)]
+        )
+        self.assertEqual(
+            [r.getMessage() for r in logs.records], [f"generated subclass wrapper:\n{source}"]
+        )
+
+
 @unittest.skipIf(MODE != "backport", "the generated wrapper replaces torch 2.11's loop; "
                  "torch >= 2.13 generates its own (subclass_codegen)")
 class TestGeneratedWrapperSource(TestCase):

@@ -11,18 +11,53 @@ are not evaluated at definition time) and executed against the original
 module's globals, so it sees the same imports, including names that other
 points rebind later. Free variables (a zero-argument ``super()``'s
 ``__class__`` cell, closures) are re-created through a factory function.
-Decorators on the original are not re-applied; points that use this module
-only target undecorated functions and methods.
+A decorated target is refused (:class:`PatchError`): the copy is the bare
+function, and silently dropping a decorator would change what torch runs.
+
+How edited code reaches torch_subclass_rt (one way only)
+--------------------------------------------------------
+An edit's new text calls our helpers as ``__tsrt__.<name>(...)`` and in no
+other way: ``__tsrt__`` is the module :data:`HELPERS_MODULE`
+(``points/_edit_api.py``, which lists every helper edited code may call),
+bound as a closure variable of the copy by the factory function, so torch's
+module globals are never written to and nothing is imported per call. At
+build time an edit whose text mentions ``torch_subclass_rt`` (an import,
+``__import__``) or ``__tsrt__.<name>`` for a name the module lacks is refused.
+Torch's own names are reached as torch's code reaches them: through the
+module's globals, or as a ``torch.``-qualified attribute where the module
+does not import the name.
+
+Debugging
+---------
+The compiled text is registered with ``linecache`` under the file name
+``<torch_subclass_rt edit of <module>.<qualname> #<digest>>``
+(``_generated_source``), so a traceback, pdb or ``inspect.getsource``
+through the copy shows the *edited* lines. The copy carries an
+:class:`EditedSource` (:func:`edited_source_of`): torch's source and the
+edited one, whose :meth:`EditedSource.diff` is what
+``test/expected/source_edits/<point name>.diff`` records for review.
 """
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import inspect
+import re
 import textwrap
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from .._generated_source import compile_source
 from .registry import PatchError
+
+#: the name edited code calls our helpers through, and the module bound to it
+HELPERS_NAME = "__tsrt__"
+HELPERS_MODULE = "torch_subclass_rt.points._edit_api"
+
+_FACTORY = "__tsrt_make__"
+_HELPER_USE = re.compile(r"\b__tsrt__\.([A-Za-z_]\w*)")
 
 
 class Edit:
@@ -32,6 +67,47 @@ class Edit:
         self.old = textwrap.dedent(old).strip("\n")
         self.new = textwrap.dedent(new).strip("\n")
         self.count = count
+
+
+@dataclass(frozen=True)
+class EditedSource:
+    """What an edited function was built from (kept on it for review and
+    debugging; the registry keeps the original *object* for uninstall)."""
+
+    #: ``<module>.<qualname>`` of the torch function
+    target: str
+    #: torch's source of it, dedented
+    original: str
+    #: the same after the edits: the function as compiled
+    edited: str
+    #: the linecache file name of the compiled text
+    filename: str
+
+    def diff(self) -> str:
+        """Unified diff, torch's source first; line numbers count from the
+        ``def`` line."""
+        lines = difflib.unified_diff(
+            _lines(self.original),
+            _lines(self.edited),
+            fromfile=f"{self.target} (torch)",
+            tofile=f"{self.target} (edited by torch_subclass_rt)",
+        )
+        return "".join(lines)
+
+
+def _lines(text: str) -> list[str]:
+    return (text if text.endswith("\n") else text + "\n").splitlines(keepends=True)
+
+
+def edited_source_of(fn: Any) -> EditedSource | None:
+    """The :class:`EditedSource` of a function built by :func:`edited_function`
+    (None for anything else, including a ``functools.wraps`` wrapper of one,
+    which copies the attribute but runs its own code)."""
+    record = getattr(fn, "__tsrt_edited_source__", None)
+    code = getattr(fn, "__code__", None)
+    if record is None or code is None or code.co_filename != record.filename:
+        return None
+    return record
 
 
 def _reindent(block: str, indent: str) -> str:
@@ -66,6 +142,21 @@ def _apply_edit(source: str, edit: Edit, where: str) -> str:
     return source
 
 
+def _check_helper_use(edit: Edit, where: str, helpers: Any) -> None:
+    """Refuse an edit that reaches our package other than via ``__tsrt__``."""
+    if "torch_subclass_rt" in edit.new:
+        raise PatchError(
+            f"{where}: an edit's new text names torch_subclass_rt; edited code "
+            f"calls our helpers only as {HELPERS_NAME}.<name> ({HELPERS_MODULE})"
+        )
+    for name in _HELPER_USE.findall(edit.new):
+        if not hasattr(helpers, name):
+            raise PatchError(
+                f"{where}: an edit calls {HELPERS_NAME}.{name}, which "
+                f"{HELPERS_MODULE} does not provide"
+            )
+
+
 def edited_function(func: Callable[..., Any], edits: Sequence[Edit]) -> Callable[..., Any]:
     """A new function: ``func``'s source with ``edits`` applied."""
     where = f"{func.__module__}.{func.__qualname__}"
@@ -73,31 +164,40 @@ def edited_function(func: Callable[..., Any], edits: Sequence[Edit]) -> Callable
         source = textwrap.dedent(inspect.getsource(func))
     except (OSError, TypeError) as e:
         raise PatchError(f"{where}: no Python source available ({e})") from e
-    lines = source.split("\n")
-    while lines and lines[0].lstrip().startswith("@"):
-        lines.pop(0)  # decorators are not re-applied (see module docstring)
-    source = "\n".join(lines)
+    if source.lstrip().startswith("@"):
+        decorator = source.lstrip().split("\n", 1)[0]
+        raise PatchError(
+            f"{where} is decorated ({decorator}); an edited copy would be the bare "
+            "function without it. Edit the undecorated function the decorator "
+            "wraps, or replace the callable as a whole"
+        )
+    helpers = importlib.import_module(HELPERS_MODULE)
+    original = source
     for edit in edits:
+        _check_helper_use(edit, where, helpers)
         source = _apply_edit(source, edit, where)
 
     freevars = func.__code__.co_freevars
     name = func.__name__
-    factory = "__tsrt_make__"
     body = textwrap.indent(source, "    ")
+    # The factory's parameters become the copy's closure cells: torch's own
+    # free variables, and __tsrt__ (see the module docstring).
+    params = ", ".join((HELPERS_NAME, *freevars))
     text = (
         "from __future__ import annotations\n"
-        f"def {factory}({', '.join(freevars)}):\n{body}\n    return {name}\n"
+        f"def {_FACTORY}({params}):\n{body}\n    return {name}\n"
     )
-    filename = f"<torch_subclass_rt edit of {where}>"
-    namespace: dict[str, Any] = {}
-    code = compile(text, filename, "exec", dont_inherit=True)
-    exec(code, func.__globals__, namespace)  # noqa: S102 - our own edited torch source
+    namespace, filename = compile_source(
+        text, f"<torch_subclass_rt edit of {where}>", func.__globals__
+    )
     cells = [c.cell_contents for c in (func.__closure__ or ())]
-    new = namespace[factory](*cells)
+    new = namespace[_FACTORY](helpers, *cells)
     new.__qualname__ = func.__qualname__
     new.__module__ = func.__module__
     new.__doc__ = func.__doc__
     new.__defaults__ = func.__defaults__
     new.__kwdefaults__ = func.__kwdefaults__
-    new.__wrapped_torch_original__ = func  # type: ignore[attr-defined]
+    new.__tsrt_edited_source__ = EditedSource(  # type: ignore[attr-defined]
+        target=where, original=original, edited=source, filename=filename
+    )
     return new

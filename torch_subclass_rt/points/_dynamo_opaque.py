@@ -1,8 +1,7 @@
 """Checks called from the edited torch sources in ``points/dynamo.py`` and
 ``points/guards.py`` (torch 2.11 has no ``OpaqueBase`` match arms there).
 
-Imports nothing heavy at module level, so the edited functions can import
-it cheaply on every call.
+The edited functions call them as ``__tsrt__.<name>`` (``_edit_api``).
 """
 
 from __future__ import annotations

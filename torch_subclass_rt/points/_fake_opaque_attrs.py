@@ -10,7 +10,8 @@ it), and the edited ``meta_tensor`` reads them back. A desc carries its own
 opaques, so nothing is shared between threads and nothing outlives the desc.
 
 These functions are called from edited torch source (see
-``points/fake_tensors.py``); they import nothing from torch at module level.
+``points/fake_tensors.py``) as ``__tsrt__.<name>`` (``_edit_api``); they import nothing
+from torch at module level.
 """
 
 from __future__ import annotations

@@ -66,8 +66,8 @@ def _build_sync_module_params_and_buffers(original):
     with its two "inner attrs of a subclass" list comprehensions filtered to
     drop opaques, as 2.12 does; otherwise an opaque reaches
     ``_check_module_states_for_sync_module_states`` (reads ``.device``) and
-    the broadcast. The edited code runs in ``_init_utils``'s globals, which
-    lack our helper, so it imports it locally (a cached import, once per call).
+    the broadcast. The edited code calls our helper as ``__tsrt__.is_opaque_object``
+    (patching/source_edit.py).
     Note [install() is transparent without opaques]: identical (torch's own source; the
     filters drop nothing without opaques).
     """
@@ -75,19 +75,14 @@ def _build_sync_module_params_and_buffers(original):
         original,
         [
             Edit(
-                "module_states: list[torch.Tensor] = []",
-                f"from {is_opaque_object.__module__} import is_opaque_object as _tsrt_is_opaque\n"
-                "module_states: list[torch.Tensor] = []",
-            ),
-            Edit(
                 "inner_buffers = [getattr(detached_buffer, attr) for attr in attrs]",
                 "inner_buffers = [getattr(detached_buffer, attr) for attr in attrs]\n"
-                "inner_buffers = [v for v in inner_buffers if not _tsrt_is_opaque(v)]",
+                "inner_buffers = [v for v in inner_buffers if not __tsrt__.is_opaque_object(v)]",
             ),
             Edit(
                 "inner_params = [getattr(detached_param, attr) for attr in attrs]",
                 "inner_params = [getattr(detached_param, attr) for attr in attrs]\n"
-                "inner_params = [v for v in inner_params if not _tsrt_is_opaque(v)]",
+                "inner_params = [v for v in inner_params if not __tsrt__.is_opaque_object(v)]",
             ),
         ],
     )

@@ -54,7 +54,6 @@ from ..patching.source_edit import Edit, edited_function
 from ._versions import ONLY_BACKPORT, RUNTIME
 
 _OO = "torch._library.opaque_object"
-_HELPERS = "torch_subclass_rt.points.distributed_opaques"
 
 # Note [Distributed opaque members]
 # The member lists and the guard are 2.13's (torch/distributed/device_mesh.py,
@@ -252,20 +251,20 @@ def _build_wrap(original):
                 """
                 elif ProcessGroupVariable.is_process_group(value):
                 """,
-                f"""
-                elif ProcessGroupVariable.is_process_group(value) and not __import__(
-                    "{_HELPERS}", fromlist=["treat_as_opaque"]
-                ).treat_as_opaque(self, value):
+                """
+                elif ProcessGroupVariable.is_process_group(value) and not (
+                    __tsrt__.treat_as_opaque(self, value)
+                ):
                 """,
             ),
             Edit(
                 """
                 elif DeviceMeshVariable.is_device_mesh(value):
                 """,
-                f"""
-                elif DeviceMeshVariable.is_device_mesh(value) and not __import__(
-                    "{_HELPERS}", fromlist=["treat_as_opaque"]
-                ).treat_as_opaque(self, value):
+                """
+                elif DeviceMeshVariable.is_device_mesh(value) and not (
+                    __tsrt__.treat_as_opaque(self, value)
+                ):
                 """,
             ),
         ],

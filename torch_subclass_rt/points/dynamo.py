@@ -23,7 +23,6 @@ from ..patching.source_edit import Edit, edited_function
 from ._dynamo_opaque import is_opaque_attr
 from ._versions import ONLY_BACKPORT
 
-_HELPERS = "torch_subclass_rt.points._dynamo_opaque"
 _BUILDER = "torch._dynamo.variables.builder"
 
 
@@ -43,16 +42,11 @@ def _build_automatic_dynamic(original):
                 for attr in attrs:
                     inner_tensor = getattr(e, attr)
                 """,
-                f"""
-                from {_HELPERS} import (
-                    check_tensor_or_opaque as _tsrt_check_tensor_or_opaque,
-                    is_opaque_attr as _tsrt_is_opaque_attr,
-                )
-
+                """
                 for attr in attrs:
                     inner_tensor = getattr(e, attr)
-                    _tsrt_check_tensor_or_opaque(e, attr, inner_tensor)
-                    if _tsrt_is_opaque_attr(inner_tensor):
+                    __tsrt__.check_tensor_or_opaque(e, attr, inner_tensor)
+                    if __tsrt__.is_opaque_attr(inner_tensor):
                         continue
                 """,
             ),
@@ -78,12 +72,10 @@ def _build_wrap_tensor(original):
                         VariableBuilder(self.tx, inner_source)(inner_value)
                     )
                 """,
-                f"""
-                from {_HELPERS} import check_flatten_attr as _tsrt_check_flatten_attr
-
+                """
                 for attr in attrs:
                     inner_value = getattr(value, attr)
-                    _tsrt_check_flatten_attr(value, attr, inner_value)
+                    __tsrt__.check_flatten_attr(value, attr, inner_value)
                     inner_source = AttrSource(self.source, attr)
                     _tsrt_builder = VariableBuilder(self.tx, inner_source)
                     # an opaque attr: a registered DeviceMesh / ProcessGroup
@@ -111,9 +103,7 @@ _WRAP_TENSOR_DTENSOR_CTX = Edit(
     ):
     """,
     """
-    if not __import__(
-        "torch_subclass_rt.points.dtensor", fromlist=["flatten_ctx_ok"]
-    ).flatten_ctx_ok(value, flattening_ctx):
+    if not __tsrt__.flatten_ctx_ok(value, flattening_ctx):
     """,
 )
 
@@ -136,19 +126,16 @@ def _build_dynamic_getattr(original):
                     # attrs returned from tensor_flatten are always tensors
                     assert isinstance(example_value, torch.Tensor)
                 """,
-                f"""
-                from torch._library.fake_class_registry import (
-                    FakeScriptObject as _tsrt_FakeScriptObject,
-                )
-                from {_HELPERS} import is_tensor_or_opaque as _tsrt_is_tensor_or_opaque
-
-                if isinstance(example_value, _tsrt_FakeScriptObject):
+                """
+                if isinstance(
+                    example_value, torch._library.fake_class_registry.FakeScriptObject
+                ):
                     return TorchScriptObjectVariable.create(proxy, example_value)
                 if name in attrs:
                     # attrs returned from tensor_flatten are tensors or opaques
-                    if not _tsrt_is_tensor_or_opaque(example_value):
+                    if not __tsrt__.is_tensor_or_opaque(example_value):
                         raise AssertionError(
-                            f"Expected Tensor or OpaqueBase, got {{type(example_value)}}"
+                            f"Expected Tensor or OpaqueBase, got {type(example_value)}"
                         )
                 """,
             ),

@@ -22,8 +22,6 @@ from ._versions import ONLY_BACKPORT
 
 _FT = "torch._subclasses.fake_tensor"
 _MU = "torch._subclasses.meta_utils"
-# the edited torch sources below call into this module
-_HELPERS = "torch_subclass_rt.points._fake_opaque_attrs"
 
 
 def _tensor_attrs(x: Any) -> list[Tensor] | None:
@@ -108,10 +106,8 @@ def _build_describe_tensor(original):
                     for attr in raw_attrs
                 }
                 """,
-                f"""
-                from {_HELPERS} import describe_flatten_attrs as _tsrt_describe
-
-                attrs, opaque_attrs = _tsrt_describe(self, t, raw_attrs, trace)
+                """
+                attrs, opaque_attrs = __tsrt__.describe_flatten_attrs(self, t, raw_attrs, trace)
                 """,
             ),
             Edit("attrs = None\nctx = None", "attrs = None\nopaque_attrs = None\nctx = None"),
@@ -119,11 +115,9 @@ def _build_describe_tensor(original):
                 """
                 if trace and r.id not in self.traced_tensors:
                 """,
-                f"""
+                """
                 if opaque_attrs:
-                    from {_HELPERS} import attach as _tsrt_attach
-
-                    _tsrt_attach(r, opaque_attrs)
+                    __tsrt__.attach(r, opaque_attrs)
                 if trace and r.id not in self.traced_tensors:
                 """,
             ),
@@ -146,10 +140,8 @@ def _build_meta_tensor(original):
                     inner_tensors, t.ctx, outer_size, outer_stride
                 )
                 """,
-                f"""
-                from {_HELPERS} import opaque_attrs_of as _tsrt_opaque_attrs_of
-
-                inner_tensors.update(_tsrt_opaque_attrs_of(t))
+                """
+                inner_tensors.update(__tsrt__.opaque_attrs_of(t))
                 return t.type.__tensor_unflatten__(  # type: ignore[attr-defined]
                     inner_tensors, t.ctx, outer_size, outer_stride
                 )

@@ -14,8 +14,6 @@ from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ._versions import ONLY_BACKPORT
 
-_HELPERS = "torch_subclass_rt.points._dynamo_opaque"
-
 
 def _build_produce_guards_verbose(original):
     # Note [install() is transparent without opaques]: identical (torch's own source;
@@ -29,12 +27,10 @@ def _build_produce_guards_verbose(original):
                     inner_t = getattr(t, attr)
                     inner_context = context.inner_contexts[attr]
                 """,
-                f"""
-                from {_HELPERS} import is_opaque_attr as _tsrt_is_opaque_attr
-
+                """
                 for attr in attrs:
                     inner_t = getattr(t, attr)
-                    if _tsrt_is_opaque_attr(inner_t):
+                    if __tsrt__.is_opaque_attr(inner_t):
                         continue  # no sizes/strides to guard (torch 2.12)
                     inner_context = context.inner_contexts[attr]
                 """,
@@ -63,14 +59,9 @@ def _build_guards_state_reducer_override(original):
                 func, args_tuple = self.reducer_override(inner)
                 inner_data.append((attr, func, args_tuple))
                 """,
-                f"""
-                from {_HELPERS} import (
-                    is_opaque_attr as _tsrt_is_opaque_attr,
-                    same_object as _tsrt_same_object,
-                )
-
-                if _tsrt_is_opaque_attr(inner):
-                    inner_data.append((attr, _tsrt_same_object, (inner,)))
+                """
+                if __tsrt__.is_opaque_attr(inner):
+                    inner_data.append((attr, __tsrt__.same_object, (inner,)))
                     continue
                 func, args_tuple = self.reducer_override(inner)
                 inner_data.append((attr, func, args_tuple))

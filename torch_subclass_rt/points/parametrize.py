@@ -142,15 +142,8 @@ def _build_right_inverse(original):
 
 # --- ParametrizationList ----------------------------------------------------
 # Both methods are long and only their per-element type checks change, so
-# they are source edits of 2.11's text. The edited code runs in
-# torch.nn.utils.parametrize's globals, which lack our helpers: it imports
-# them locally (a cached import, once per call).
-
-_HELPERS = (
-    f"from {is_opaque_object.__module__} import "
-    "is_opaque_object as _tsrt_is_opaque, "
-    "is_reference_opaque_type as _tsrt_is_reference_type"
-)
+# they are source edits of 2.11's text; they call our helpers as
+# __tsrt__.<name> (patching/source_edit.py).
 
 
 def _build_parametrization_list_init(original):
@@ -170,18 +163,17 @@ def _build_parametrization_list_init(original):
                 for i, originali in enumerate(new):
                     if not isinstance(originali, Tensor):
                 """,
-                f"""
+                """
                 for i, originali in enumerate(new):
-                    {_HELPERS}
-                    if not isinstance(originali, Tensor) and _tsrt_is_opaque(originali):
-                        if not _tsrt_is_reference_type(type(originali)):
+                    if not isinstance(originali, Tensor) and __tsrt__.is_opaque_object(originali):
+                        if not __tsrt__.is_reference_opaque_type(type(originali)):
                             raise ValueError(
                                 f"'right_inverse' must return a Tensor or a reference-type "
-                                f"opaque. Got element {{i}} of the sequence with type "
-                                f"{{type(originali).__name__}}."
+                                f"opaque. Got element {i} of the sequence with type "
+                                f"{type(originali).__name__}."
                             )
                         # Not a parameter or buffer: no grad, not in state_dict.
-                        setattr(self, f"original{{i}}", originali)
+                        setattr(self, f"original{i}", originali)
                         continue
                     if not isinstance(originali, Tensor):
                 """,
@@ -210,12 +202,12 @@ def _build_parametrization_list_right_inverse(original):
                 for i, tensor in enumerate(value):
                     original_i = getattr(self, f"original{i}")
                     if not isinstance(tensor, Tensor):
-                        %s
-                        if _tsrt_is_opaque(tensor) and _tsrt_is_reference_type(type(tensor)):
+                        if __tsrt__.is_opaque_object(tensor) and __tsrt__.is_reference_opaque_type(
+                            type(tensor)
+                        ):
                             setattr(self, f"original{i}", tensor)
                             continue
-                """
-                % _HELPERS,
+                """,
             ),
             # 2.12's wording of the error, which now also admits opaques.
             Edit(

@@ -45,6 +45,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._generated_source import build_generated_function
 from . import plans
 from ._torch_names import aot
 
@@ -199,11 +200,15 @@ def build_subclass_wrapper(
     source, env = subclass_wrapper_source(inp_metas, out_metas, num_saved)
     env["compiled_fn"] = compiled_fn
     env["torch_loop"] = torch_loop
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("generated subclass wrapper:\n%s", source)
-    # A real file name (this module's) so tracebacks point somewhere useful and
-    # Dynamo treats the frame like the rest of this package.
-    code = compile(source, f"{__file__}:subclass_wrapper", "exec")
-    namespace: dict[str, Any] = {}
-    exec(code, env, namespace)
-    return namespace["subclass_wrapper"]
+    # File name: this module's path (Dynamo treats the frame like the rest of
+    # this package) plus a digest of the text, registered with linecache so a
+    # traceback through the wrapper shows its generated lines.
+    return build_generated_function(
+        source,
+        "subclass_wrapper",
+        env,
+        stem=f"{__file__}:subclass_wrapper",
+        log=log,
+        title="generated subclass wrapper",
+        artifact="torch_subclass_rt_subclass_wrapper",
+    )

@@ -38,6 +38,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._generated_source import build_generated_function
 from . import codegen, plans
 from ._torch_names import aot
 
@@ -79,13 +80,17 @@ def build_grad_wrapper(
     grad_input_metas: Sequence[Any], walk: Callable[[Any], Any]
 ) -> Callable[[Any], tuple[Any, ...]]:
     source, env = grad_wrapper_source(grad_input_metas, walk)
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("generated grad wrapper:\n%s", source)
-    # a real file name, as for the forward wrapper (codegen.build_subclass_wrapper)
-    code = compile(source, f"{__file__}:grad_wrapper", "exec")
-    namespace: dict[str, Any] = {}
-    exec(code, env, namespace)
-    return namespace["grad_wrapper"]
+    # as the forward wrapper (codegen.build_subclass_wrapper): linecache,
+    # DEBUG log, trace artifact
+    return build_generated_function(
+        source,
+        "grad_wrapper",
+        env,
+        stem=f"{__file__}:grad_wrapper",
+        log=log,
+        title="generated grad wrapper",
+        artifact="torch_subclass_rt_grad_wrapper",
+    )
 
 
 #: SubclassMeta (identity-hashed dataclass) -> generated function, or None

@@ -1,0 +1,42 @@
+"""Everything edited torch source may call, as ``__tsrt__.<name>``.
+
+``patching/source_edit.py`` binds this module to the name ``__tsrt__`` in
+every function it rebuilds from edited torch source (the one way edited code
+reaches this package; see that module's docstring), and refuses an edit that
+names something not listed here. Reading the list tells a reviewer every
+entry point from torch's edited code into ours; each helper's docstring says
+which edit calls it.
+"""
+
+from __future__ import annotations
+
+from .._torch_compat import is_opaque_object, is_reference_opaque_type
+from ._dynamo_opaque import (
+    check_flatten_attr,
+    check_tensor_or_opaque,
+    is_opaque_attr,
+    is_tensor_or_opaque,
+    same_object,
+)
+from ._fake_opaque_attrs import attach, describe_flatten_attrs, opaque_attrs_of
+from .distributed_opaques import treat_as_opaque
+from .dtensor import flatten_ctx_ok
+
+__all__ = [
+    # fake_tensors: MetaTensorDescriber.describe_tensor, MetaConverter.meta_tensor
+    "attach",
+    "describe_flatten_attrs",
+    "opaque_attrs_of",
+    # dynamo / guards
+    "check_flatten_attr",
+    "check_tensor_or_opaque",
+    "is_opaque_attr",
+    "is_tensor_or_opaque",
+    "same_object",
+    # dynamo: VariableBuilder._wrap, VariableBuilder.wrap_tensor (DTensor branch)
+    "treat_as_opaque",
+    "flatten_ctx_ok",
+    # parametrize, distributed (FSDP sync)
+    "is_opaque_object",
+    "is_reference_opaque_type",
+]
