@@ -313,6 +313,22 @@ class TestStatus(InstallTestCase):
         self.assertNotIn("\n", text)
         self.assertTrue(st.active)
 
+    def test_mode_is_the_enum_and_its_string(self):
+        # one Mode enum everywhere; a str enum, so comparisons, TSRT_MODE,
+        # JSON and printing see the plain string as before
+        import json
+
+        st = tsrt.status()
+        self.assertIs(st.mode, tsrt.Mode.OFF)
+        self.assertEqual(st.mode, "off")
+        self.assertEqual((str(st.mode), f"{st.mode}", repr(st.mode)), ("off", "off", "'off'"))
+        self.assertEqual(json.dumps(st.mode), '"off"')
+        self.assertIs(tsrt.Mode("native+fixes"), tsrt.Mode.NATIVE_FIXES)
+        self.assertIs(harness.current_mode(), tsrt.Mode(MODE))
+        for point in all_points():
+            self.assertLessEqual(point.modes, registry.MODES, point.name)
+            self.assertTrue(all(type(m) is tsrt.Mode for m in point.modes), point.name)
+
     def test_status_is_frozen(self):
         st = tsrt.status()
         with self.assertRaises(Exception):

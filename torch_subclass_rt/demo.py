@@ -32,7 +32,10 @@ from typing import Any
 
 import torch
 
-MODES = ("auto", "backport", "forced", "native", "native+fixes")
+from ._modes import Mode
+
+#: "auto" (whatever install() picks on this torch) and the install modes
+MODES = ("auto", Mode.BACKPORT, Mode.FORCED, Mode.NATIVE, Mode.NATIVE_FIXES)
 
 
 class DemoFailure(RuntimeError):
@@ -69,9 +72,9 @@ class DemoConfig:
 def _apply_mode(mode: str):
     import torch_subclass_rt as tsrt
 
-    if mode == "native":
+    if mode == Mode.NATIVE:
         return tsrt.status()
-    st = tsrt.install(force=(mode == "forced"))
+    st = tsrt.install(force=(mode == Mode.FORCED))
     if mode != "auto" and st.mode != mode:
         raise RuntimeError(f"mode {mode!r} requested but install() gave {st!r}")
     return st
@@ -238,7 +241,7 @@ def _installs_device_mesh(mode: str) -> bool:
     from . import _torch_compat
 
     version = _torch_compat.torch_version()
-    return mode in ("auto", "backport") and version in _torch_compat.BACKPORT_VERSIONS
+    return mode in ("auto", Mode.BACKPORT) and version in _torch_compat.BACKPORT_VERSIONS
 
 
 def _device_mesh_refusal() -> str:
@@ -266,7 +269,7 @@ def _short_status(requested: str) -> str:
     import torch_subclass_rt as tsrt
 
     st = tsrt.status()
-    if requested == "native":
+    if requested == Mode.NATIVE:
         return f"mode='native' (install() not called; status: mode={st.mode!r})"
     return f"mode={st.mode!r}, {len(st.points)} patch point(s)"
 
