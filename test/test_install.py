@@ -272,6 +272,20 @@ class TestVersionGate(InstallTestCase):
         for version in _torch_compat.FORCED_VERSIONS:
             self.assertEqual(choose(version, True), "forced", version)
 
+    def test_version_tuple(self):
+        # the one version parser: a pre-release or local suffix is never part
+        # of a number (2.12.0rc1 once parsed as (2, 12, 1))
+        vt = _torch_compat.version_tuple
+        self.assertEqual(vt("2.11.0"), (2, 11, 0))
+        self.assertEqual(vt("2.12.0rc1"), (2, 12, 0))
+        self.assertEqual(vt("2.13.0a0+git70d99e9"), (2, 13, 0))
+        self.assertEqual(vt("2.11.0+cu130"), (2, 11, 0))
+        self.assertEqual(vt("2.14"), (2, 14))
+        self.assertEqual(vt(), vt(VERSION))
+        self.assertEqual(harness.torch_major_minor(), vt()[:2])
+        self.assertFalse(_torch_compat.has_native_support("2.11.9rc1"))
+        self.assertTrue(_torch_compat.has_native_support("2.12.0rc1"))
+
     def test_refuses_force_on_unverified_native_torch(self):
         self._assert_refused("2.99.0", True, _torch_compat.FORCED_VERSIONS)
 

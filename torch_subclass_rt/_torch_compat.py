@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import re
 from typing import Any
 
 import torch
@@ -43,13 +44,24 @@ def torch_version() -> str:
     return str(torch.__version__).split("+", 1)[0]
 
 
+_RELEASE_PART = re.compile(r"\d+")
+
+
 def version_tuple(version: str | None = None) -> tuple[int, ...]:
+    """(major, minor, patch) of a torch version string (default: the running
+    torch), e.g. "2.13.0a0+git1234" -> (2, 13, 0), "2.12.0rc1" -> (2, 12, 0).
+
+    The one version parser of the package and its tests (test/harness.py's
+    ``torch_major_minor`` is its first two numbers). A part counts up to its
+    first non-digit, so a pre-release suffix never leaks into the number;
+    parsing stops at the first part that does not start with a digit.
+    """
     parts = []
-    for piece in (version or torch_version()).split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
+    for piece in (version or torch_version()).split("+", 1)[0].split("."):
+        m = _RELEASE_PART.match(piece)
+        if m is None:
             break
-        parts.append(int(digits))
+        parts.append(int(m.group()))
         if len(parts) == 3:
             break
     return tuple(parts)
