@@ -120,8 +120,40 @@ def register_opaque(cls: type, typ: str = "reference", **kwargs: Any) -> type:
 
 
 def is_opaque_object(value: object) -> bool:
-    """True for an instance of a registered opaque type, or its FakeScriptObject."""
+    """True for an instance of a registered opaque type, or its FakeScriptObject.
+
+    The bare ``isinstance`` against this torch's base class; code asking
+    about an inner attr calls :func:`is_opaque_attr`."""
     return isinstance(value, opaque_base())
+
+
+def is_opaque_attr(value: object, *, fake: bool | None = None) -> bool:
+    """Whether ``value``, an inner attr named by ``__tensor_flatten__`` (or
+    the value in such an attr's flat slot), is an opaque object.
+
+    The one predicate for "an opaque among flatten attrs": the runtime and
+    every patch point call it, in Python and from edited torch source.
+    ``fake`` narrows it: None (default) -- the real object or its
+    ``FakeScriptObject`` (what tracing puts in its place); False -- only
+    the real object, not yet fakeified; True -- only a ``FakeScriptObject``.
+
+    A tensor is never an opaque. Testing it first is cheap (no metaclass
+    ``__instancecheck__`` for the common case) and changes no answer:
+    registering an opaque type requires ``OpaqueBaseMeta``, which cannot be
+    combined with ``torch.Tensor``'s metaclass. Whether an opaque is a
+    reference or a value type is a separate question
+    (:func:`is_reference_opaque_type` of ``type(unwrap_fake_opaque(v))``).
+
+    Not covered on purpose: "any FakeScriptObject" (TorchScript objects
+    included; Dynamo's op-output checks in ``points/dynamo.py``), and
+    unwrapping a FakeScriptObject whose ``real_obj`` may be missing
+    (``points/tracing.py``, ``points/dtensor.py``).
+    """
+    if isinstance(value, torch.Tensor) or not is_opaque_object(value):
+        return False
+    if fake is None:
+        return True
+    return (unwrap_fake_opaque(value) is not value) == fake
 
 
 def unwrap_fake_opaque(value: Any) -> Any:

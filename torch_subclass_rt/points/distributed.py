@@ -13,7 +13,7 @@ import warnings
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from .._torch_compat import is_opaque_object
+from .._torch_compat import is_opaque_attr
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ._versions import ONLY_BACKPORT
@@ -45,7 +45,7 @@ def _build_get_untyped_storages(original):
                 attrs, _ = obj.__tensor_flatten__()  # type: ignore[attr-defined]
                 for attr in attrs:
                     value = getattr(obj, attr)
-                    if isinstance(value, torch.Tensor) or not is_opaque_object(value):
+                    if not is_opaque_attr(value):
                         unflattened_tensors.append(value)
             else:
                 if not hasattr(obj, "untyped_storage"):
@@ -76,18 +76,18 @@ def _build_sync_module_params_and_buffers(original):
         [
             Edit(
                 "module_states: list[torch.Tensor] = []",
-                f"from {is_opaque_object.__module__} import is_opaque_object as _tsrt_is_opaque\n"
+                f"from {is_opaque_attr.__module__} import is_opaque_attr as _tsrt_is_opaque_attr\n"
                 "module_states: list[torch.Tensor] = []",
             ),
             Edit(
                 "inner_buffers = [getattr(detached_buffer, attr) for attr in attrs]",
                 "inner_buffers = [getattr(detached_buffer, attr) for attr in attrs]\n"
-                "inner_buffers = [v for v in inner_buffers if not _tsrt_is_opaque(v)]",
+                "inner_buffers = [v for v in inner_buffers if not _tsrt_is_opaque_attr(v)]",
             ),
             Edit(
                 "inner_params = [getattr(detached_param, attr) for attr in attrs]",
                 "inner_params = [getattr(detached_param, attr) for attr in attrs]\n"
-                "inner_params = [v for v in inner_params if not _tsrt_is_opaque(v)]",
+                "inner_params = [v for v in inner_params if not _tsrt_is_opaque_attr(v)]",
             ),
         ],
     )

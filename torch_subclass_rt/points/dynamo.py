@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._dynamo_opaque import is_opaque_attr
+from .._torch_compat import is_opaque_attr
 from ._versions import ONLY_BACKPORT
 
 _HELPERS = "torch_subclass_rt.points._dynamo_opaque"

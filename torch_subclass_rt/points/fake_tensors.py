@@ -15,7 +15,7 @@ from typing import Any, Optional
 from torch import Tensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from .._torch_compat import is_opaque_object
+from .._torch_compat import is_opaque_attr
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ._versions import ONLY_BACKPORT
@@ -33,7 +33,7 @@ def _tensor_attrs(x: Any) -> list[Tensor] | None:
     out = []
     for attr in attrs:
         inner = getattr(x, attr)
-        if not isinstance(inner, Tensor) and is_opaque_object(inner):
+        if is_opaque_attr(inner):
             continue
         out.append(inner)
     return out if len(out) != len(attrs) else None

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .._torch_compat import is_opaque_object, is_reference_opaque_type
+from .._torch_compat import is_opaque_attr, is_reference_opaque_type
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ..runtime import errors
@@ -25,10 +25,6 @@ from ._versions import ONLY_BACKPORT
 
 _SP = "torch._functorch._aot_autograd.subclass_parametrization"
 _PZ = "torch.nn.utils.parametrize"
-
-
-def _is_opaque(value: object) -> bool:
-    return not isinstance(value, torch.Tensor) and is_opaque_object(value)
 
 
 # --- UnwrapTensorSubclass ---------------------------------------------------
@@ -104,7 +100,7 @@ def _build_right_inverse(original):
             attr_to_meta: dict[str, Any] = {}
             for attr in inner_tensors_attrnames:
                 val = getattr(tensor, attr)
-                if _is_opaque(val):
+                if is_opaque_attr(val):
                     if not is_reference_opaque_type(type(val)):
                         raise errors.value_opaque_in_tensor_attrs(
                             type(val), tensor, attr, exc_type=ValueError
@@ -147,8 +143,8 @@ def _build_right_inverse(original):
 # them locally (a cached import, once per call).
 
 _HELPERS = (
-    f"from {is_opaque_object.__module__} import "
-    "is_opaque_object as _tsrt_is_opaque, "
+    f"from {is_opaque_attr.__module__} import "
+    "is_opaque_attr as _tsrt_is_opaque_attr, "
     "is_reference_opaque_type as _tsrt_is_reference_type"
 )
 
@@ -173,7 +169,7 @@ def _build_parametrization_list_init(original):
                 f"""
                 for i, originali in enumerate(new):
                     {_HELPERS}
-                    if not isinstance(originali, Tensor) and _tsrt_is_opaque(originali):
+                    if _tsrt_is_opaque_attr(originali):
                         if not _tsrt_is_reference_type(type(originali)):
                             raise ValueError(
                                 f"'right_inverse' must return a Tensor or a reference-type "
@@ -211,7 +207,7 @@ def _build_parametrization_list_right_inverse(original):
                     original_i = getattr(self, f"original{i}")
                     if not isinstance(tensor, Tensor):
                         %s
-                        if _tsrt_is_opaque(tensor) and _tsrt_is_reference_type(type(tensor)):
+                        if _tsrt_is_opaque_attr(tensor) and _tsrt_is_reference_type(type(tensor)):
                             setattr(self, f"original{i}", tensor)
                             continue
                 """

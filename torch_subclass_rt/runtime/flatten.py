@@ -44,7 +44,7 @@ def classify_inner_attr(subclass: Any, attr: str, value: Any) -> str:
     """
     if isinstance(value, Tensor):
         return "tensor"
-    if compat.is_opaque_object(value):
+    if compat.is_opaque_attr(value):
         real_type = type(compat.unwrap_fake_opaque(value))
         if not compat.is_reference_opaque_type(real_type):
             raise errors.value_opaque_in_tensor_attrs(real_type, subclass, attr)
@@ -163,7 +163,7 @@ def _fakeify_opaque(value: Any) -> Any:
     """Trace time: a registered opaque becomes a FakeScriptObject of the active
     fake mode, so the proxy tracer sees a graph input, not a constant.
     See Note [Opaque attrs in the flat argument list]."""
-    if not compat.is_opaque_object(value) or compat.unwrap_fake_opaque(value) is not value:
+    if not compat.is_opaque_attr(value, fake=False):  # not an opaque, or already fake
         return value
     from torch._guards import detect_fake_mode
     from torch._library.fake_class_registry import maybe_to_fake_obj

@@ -42,7 +42,7 @@ def creation_fn(self: Any, all_args: Sequence[Any], *, is_runtime: bool) -> Tens
     for attr, attr_meta in self.attrs.items():
         if type(attr_meta) is OpaqueMeta:
             value = all_args[idx]
-            if not compat.is_opaque_object(value):
+            if not compat.is_opaque_attr(value):
                 raise errors.opaque_slot_mismatch(
                     self.original_subclass_type or type(self.original_subclass), attr, value
                 )
