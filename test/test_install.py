@@ -546,6 +546,15 @@ class TestRegistryTransaction(unittest.TestCase):
             registry.apply([p, p])
         self.assertUntouched()
 
+    def test_misspelled_subsystem_is_an_error(self):
+        # all_points() once skipped a subsystem module that did not import
+        # ("not written yet"): a typo silently installed fewer points
+        from torch_subclass_rt import points
+
+        with mock.patch.object(points, "SUBSYSTEMS", points.SUBSYSTEMS + ("dynamoo",)):
+            with self.assertRaises(ModuleNotFoundError):
+                points.all_points()
+
 
 if __name__ == "__main__":
     unittest.main()
