@@ -34,10 +34,16 @@ _AOT = "torch._functorch._aot_autograd"
 
 
 def _answer_for_opaques(neutral: Any):
-    """build(): wrap ``original`` so an opaque first argument yields ``neutral``.
+    """build(): wraps ``torch._functorch._aot_autograd.functional_utils.<name>``
+    (torch 2.11.0: ``sync_functional_tensor``,
+    ``are_all_mutations_under_no_grad_or_inference_mode``) so an opaque
+    first argument yields ``neutral``.
 
-    Note [install() is transparent without opaques]: delegation (anything but an
-    opaque goes to the original).
+    Differs from 2.11: an opaque (reached through the helper's recursion
+    into a subclass's attrs) gets the neutral answer instead of 2.11's
+    error; 2.12 skips opaque attrs in the same recursion.
+    Note [install() is transparent without opaques]: delegation (anything
+    but an opaque goes to the original).
     """
 
     def build(original):
@@ -53,6 +59,10 @@ def _answer_for_opaques(neutral: Any):
 
 
 def _build_is_fun(original):
+    """build(): replaces ``functional_utils.is_fun`` (torch 2.11.0) by a
+    dispatcher: a subclass with an opaque attr goes to our :func:`is_fun`,
+    everything else to 2.11's function (see there)."""
+
     @functools.wraps(original)
     def is_fun_dispatch(t: object) -> bool:
         if isinstance(t, Tensor) and is_traceable_wrapper_subclass(t):
