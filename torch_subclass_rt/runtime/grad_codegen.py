@@ -15,7 +15,10 @@ a plain input and a ``MeshTensor(_local, mesh)`` input::
 
 The expressions are the forward wrapper's (``codegen._wrap_expr``), so a
 grad is rebuilt exactly as a forward output is (see Note [Generated wrappers
-and the plans rebuild alike] in ``codegen``). Upstream counterpart: torch
+and the plans rebuild alike] in ``codegen``); the flat grads follow the
+layout of Note [Opaque attrs in the flat argument list] in ``flatten``, as
+the tangents flattened into the backward's inputs do (``tangents``): one
+slot per opaque, holding the object itself. Upstream counterpart: torch
 2.13.0's ``subclass_codegen.codegen_backward_subclass_fns``, whose wrap
 function 2.13's generated backward epilogue calls; ours is our own
 generator for 2.11's functional epilogue, not a copy.
