@@ -49,27 +49,30 @@ from pathlib import Path
 import torch
 from torch._dynamo.testing import normalize_gm
 
-MODES = ("native", "native+fixes", "backport", "forced", "patched")
+from torch_subclass_rt import _torch_compat
+from torch_subclass_rt._modes import TEST_MODES as MODES
+from torch_subclass_rt._modes import Mode
+
 EXPECTED_DIR = Path(__file__).resolve().parent / "expected"
 
 
 def torch_major_minor() -> tuple[int, int]:
-    major, minor = str(torch.__version__).split("+", 1)[0].split(".")[:2]
-    return int(major), int(re.match(r"\d+", minor).group())
+    major, minor = _torch_compat.version_tuple()[:2]
+    return major, minor
 
 
-def default_mode() -> str:
-    return "native" if torch_major_minor() >= (2, 12) else "backport"
+def default_mode() -> Mode:
+    return Mode.NATIVE if torch_major_minor() >= (2, 12) else Mode.BACKPORT
 
 
-def current_mode() -> str:
+def current_mode() -> Mode:
     mode = os.environ.get("TSRT_MODE", "").strip() or default_mode()
     if mode not in MODES:
         raise RuntimeError(f"TSRT_MODE={mode!r}: expected one of {', '.join(MODES)}")
-    return mode
+    return Mode(mode)
 
 
-def setup_mode() -> str:
+def setup_mode() -> Mode:
     """Put torch into the mode under test; call at test-module import.
 
     Idempotent (several test modules call it). Returns the mode.
@@ -79,30 +82,30 @@ def setup_mode() -> str:
     # comes from torch's (patched) sources. Either way nothing may be
     # installed; torch_subclass_rt stays importable for its OpaqueBase /
     # register_opaque spelling, which patches nothing.
-    if mode in ("native", "native+fixes") and torch_major_minor() < (2, 12):
+    if mode in (Mode.NATIVE, Mode.NATIVE_FIXES) and torch_major_minor() < (2, 12):
         raise RuntimeError(
             f"TSRT_MODE={mode} needs torch >= 2.12 (native opaque attrs); "
             f"this is torch {torch.__version__}"
         )
-    if mode == "patched" and torch_major_minor() != (2, 11):
+    if mode == Mode.PATCHED and torch_major_minor() != (2, 11):
         raise RuntimeError(
             f"TSRT_MODE=patched needs torch 2.11 with the patch series "
             f"applied; this is torch {torch.__version__}"
         )
-    if mode in ("native", "patched"):
+    if mode in (Mode.NATIVE, Mode.PATCHED):
         import sys
 
         tsrt = sys.modules.get("torch_subclass_rt")
         if tsrt is not None:
             st = tsrt.status()
-            assert st.mode == "off" and not st.points, (
+            assert st.mode == Mode.OFF and not st.points, (
                 f"{mode} mode but torch_subclass_rt is installed: {st!r}"
             )
         return mode
 
     import torch_subclass_rt
 
-    st = torch_subclass_rt.install(force=(mode == "forced"))
+    st = torch_subclass_rt.install(force=(mode == Mode.FORCED))
     assert st.mode == mode, f"TSRT_MODE={mode} but install() gave {st!r}"
     assert torch_subclass_rt.status().mode == mode
     return mode
@@ -113,7 +116,7 @@ def restore_mode() -> None:
     import torch_subclass_rt
 
     mode = current_mode()
-    if mode in ("native", "patched"):
+    if mode in (Mode.NATIVE, Mode.PATCHED):
         torch_subclass_rt.uninstall()
     else:
         st = torch_subclass_rt.status()
@@ -143,9 +146,9 @@ def upstream_bug(fix: str, broken_on: tuple[str, ...], fails_with: tuple[type, .
     def deco(fn):
         @functools.wraps(fn)
         def wrapper(self, *args, **kwargs):
-            version = str(torch.__version__).split("+", 1)[0]
+            version = _torch_compat.torch_version()
             mode = current_mode()
-            expect_bug = version in broken_on and (not carried or mode == "native")
+            expect_bug = version in broken_on and (not carried or mode == Mode.NATIVE)
             if not expect_bug:
                 return fn(self, *args, **kwargs)
             try:

@@ -272,6 +272,20 @@ class TestVersionGate(InstallTestCase):
         for version in _torch_compat.FORCED_VERSIONS:
             self.assertEqual(choose(version, True), "forced", version)
 
+    def test_version_tuple(self):
+        # the one version parser: a pre-release or local suffix is never part
+        # of a number (2.12.0rc1 once parsed as (2, 12, 1))
+        vt = _torch_compat.version_tuple
+        self.assertEqual(vt("2.11.0"), (2, 11, 0))
+        self.assertEqual(vt("2.12.0rc1"), (2, 12, 0))
+        self.assertEqual(vt("2.13.0a0+git70d99e9"), (2, 13, 0))
+        self.assertEqual(vt("2.11.0+cu130"), (2, 11, 0))
+        self.assertEqual(vt("2.14"), (2, 14))
+        self.assertEqual(vt(), vt(VERSION))
+        self.assertEqual(harness.torch_major_minor(), vt()[:2])
+        self.assertFalse(_torch_compat.has_native_support("2.11.9rc1"))
+        self.assertTrue(_torch_compat.has_native_support("2.12.0rc1"))
+
     def test_refuses_force_on_unverified_native_torch(self):
         self._assert_refused("2.99.0", True, _torch_compat.FORCED_VERSIONS)
 
@@ -312,6 +326,22 @@ class TestStatus(InstallTestCase):
             self.assertIn(name, text)
         self.assertNotIn("\n", text)
         self.assertTrue(st.active)
+
+    def test_mode_is_the_enum_and_its_string(self):
+        # one Mode enum everywhere; a str enum, so comparisons, TSRT_MODE,
+        # JSON and printing see the plain string as before
+        import json
+
+        st = tsrt.status()
+        self.assertIs(st.mode, tsrt.Mode.OFF)
+        self.assertEqual(st.mode, "off")
+        self.assertEqual((str(st.mode), f"{st.mode}", repr(st.mode)), ("off", "off", "'off'"))
+        self.assertEqual(json.dumps(st.mode), '"off"')
+        self.assertIs(tsrt.Mode("native+fixes"), tsrt.Mode.NATIVE_FIXES)
+        self.assertIs(harness.current_mode(), tsrt.Mode(MODE))
+        for point in all_points():
+            self.assertLessEqual(point.modes, registry.MODES, point.name)
+            self.assertTrue(all(type(m) is tsrt.Mode for m in point.modes), point.name)
 
     def test_status_is_frozen(self):
         st = tsrt.status()
@@ -515,6 +545,15 @@ class TestRegistryTransaction(unittest.TestCase):
         with self.assertRaisesRegex(PatchError, "patched twice"):
             registry.apply([p, p])
         self.assertUntouched()
+
+    def test_misspelled_subsystem_is_an_error(self):
+        # all_points() once skipped a subsystem module that did not import
+        # ("not written yet"): a typo silently installed fewer points
+        from torch_subclass_rt import points
+
+        with mock.patch.object(points, "SUBSYSTEMS", points.SUBSYSTEMS + ("dynamoo",)):
+            with self.assertRaises(ModuleNotFoundError):
+                points.all_points()
 
 
 if __name__ == "__main__":

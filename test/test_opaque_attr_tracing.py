@@ -14,7 +14,6 @@ import torch.utils._pytree as pytree  # noqa: E402
 from torch._dynamo.test_case import TestCase  # noqa: E402
 from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend  # noqa: E402
 
-import torch_subclass_rt as tsrt  # noqa: E402
 from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor  # noqa: E402
 
 harness.register_type_name_normalization(MeshHandle)

@@ -19,14 +19,13 @@ import textwrap
 import unittest
 from pathlib import Path
 
-import torch
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tools import _common, ablate_points, apply_patches, make_checkout  # noqa: E402
+from tools import _common, ablate_points, make_checkout  # noqa: E402
+from torch_subclass_rt._torch_compat import torch_version  # noqa: E402
 
-TORCH_VERSION = _common.normalize_version(torch.__version__)
+TORCH_VERSION = torch_version()
 SERIES_VERSION = "2.11.0"
 REAL_SERIES = REPO / "patches" / f"v{SERIES_VERSION}"
 needs_series_torch = unittest.skipUnless(

@@ -71,7 +71,13 @@ _VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
 
 
 def normalize_version(raw: str) -> str:
-    """'2.11.0+cu130' / '2.11.0a0+git70d99e9' / '2.11.0\\n' -> '2.11.0'."""
+    """'2.11.0+cu130' / '2.11.0a0+git70d99e9' / '2.11.0\\n' -> '2.11.0'.
+
+    For version *text* (a checkout's ``version.txt``, another interpreter's
+    output, a ``--base`` tag), strictly: it raises ToolError unless the text
+    starts with three numbers. The running torch's version is
+    ``torch_subclass_rt._torch_compat.torch_version()`` / ``version_tuple()``;
+    this one stays here so the git-only tools never import torch."""
     m = _VERSION_RE.match(raw.strip())
     if not m:
         raise ToolError(f"cannot read a torch version from {raw.strip()!r}")

@@ -106,11 +106,12 @@ class Report:
 
 def default_mode(version: str) -> str:
     from torch_subclass_rt import _torch_compat
+    from torch_subclass_rt._modes import Mode
 
     mode = os.environ.get("TSRT_MODE", "").strip()
     if mode:
         return mode
-    return "backport" if version in _torch_compat.BACKPORT_VERSIONS else "forced"
+    return Mode.BACKPORT if version in _torch_compat.BACKPORT_VERSIONS else Mode.FORCED
 
 
 def points_for(version: str, mode: str) -> list:
@@ -315,11 +316,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     sys.path.insert(0, str(REPO))
+    from torch_subclass_rt._modes import Mode
     from torch_subclass_rt._torch_compat import torch_version
 
     version = torch_version()
     mode = args.mode or default_mode(version)
-    if mode not in ("backport", "forced"):
+    if mode not in (Mode.BACKPORT, Mode.FORCED):
         ap.error(f"mode {mode!r}: points are installed in 'backport' or 'forced' mode only")
     points = points_for(version, mode)
     if not points:

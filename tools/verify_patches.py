@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         for f in failures:
             print(f"\n* {f}", file=sys.stderr)
         return 1
-    print(f"\nOK: the series applies, the suites pass, and the graph dumps are identical")
+    print("\nOK: the series applies, the suites pass, and the graph dumps are identical")
     return 0
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _torch_compat
+from ._modes import ACTIVE_MODES, Mode
 from ._torch_compat import register_opaque, torch_version
 from .patching import registry
 
@@ -30,6 +31,7 @@ __all__ = [
     "status",
     "installed",
     "Status",
+    "Mode",
     "UnsupportedTorchVersion",
     "OpaqueBase",
     "register_opaque",
@@ -43,18 +45,18 @@ class UnsupportedTorchVersion(RuntimeError):
 @dataclass(frozen=True)
 class Status:
     torch_version: str
-    #: "backport" (2.11, patched), "native" (>= 2.12, nothing patched),
-    #: "native+fixes" (a native release patched only with the later upstream
-    #: fixes it lacks), "forced" (2.13, our runtime replaces torch's; carries
-    #: the fixes too), or "off"
-    mode: str
+    #: Mode.BACKPORT (2.11, patched), NATIVE (>= 2.12, nothing patched),
+    #: NATIVE_FIXES (a native release patched only with the later upstream
+    #: fixes it lacks), FORCED (2.13, our runtime replaces torch's; carries
+    #: the fixes too), or OFF. A str enum: equal to "backport", ... too.
+    mode: Mode
     #: names of the patch points currently applied
     points: tuple[str, ...] = field(default=())
 
     @property
     def active(self) -> bool:
         """Opaque attrs work under torch.compile right now."""
-        return self.mode in ("backport", "native", "native+fixes", "forced")
+        return self.mode in ACTIVE_MODES
 
     def __repr__(self) -> str:
         return (
@@ -66,20 +68,20 @@ class Status:
 
 _lock = threading.RLock()
 _journal: registry.Journal | None = None
-_mode = "off"
+_mode = Mode.OFF
 _groups: frozenset[str] = frozenset()
 
 
-def _choose_mode(version: str, force: bool) -> str:
+def _choose_mode(version: str, force: bool) -> Mode:
     if version in _torch_compat.BACKPORT_VERSIONS:
-        return "backport"
+        return Mode.BACKPORT
     if _torch_compat.has_native_support(version):
         if not force:
             if version in _torch_compat.FIXES_VERSIONS:
-                return "native+fixes"
-            return "native"
+                return Mode.NATIVE_FIXES
+            return Mode.NATIVE
         if version in _torch_compat.FORCED_VERSIONS:
-            return "forced"
+            return Mode.FORCED
         raise UnsupportedTorchVersion(
             f"install(force=True) on torch {version}: our runtime is verified "
             f"against torch {', '.join(_torch_compat.FORCED_VERSIONS)} only. "
@@ -114,16 +116,16 @@ def install(force: bool = False, dtensor: bool = False) -> Status:
         version = torch_version()
         mode = _choose_mode(version, force)
         groups = frozenset({"dtensor"} if dtensor else ())
-        if _mode != "off":
+        if _mode != Mode.OFF:
             # forced mode already carries the fixes (it stands for the
             # newest release), so a plain install() keeps it
             if (mode == _mode and groups == _groups) or (
-                mode in ("native", "native+fixes") and _mode == "forced"
+                mode in (Mode.NATIVE, Mode.NATIVE_FIXES) and _mode == Mode.FORCED
             ):
                 return status()
             uninstall()
-        if mode == "native":
-            _mode = "native"
+        if mode == Mode.NATIVE:
+            _mode = Mode.NATIVE
             return status()
         from .points import all_points
         from .install_check import check_installed
@@ -176,16 +178,16 @@ def uninstall() -> Status:
             was = _mode
             problems = _journal.revert()
             _journal = None
-            if was == "backport":
+            if was == Mode.BACKPORT:
                 import torch._dynamo
 
                 torch._dynamo.reset()
             if problems:
-                _mode = "off"
+                _mode = Mode.OFF
                 raise registry.PatchError(
                     "uninstall could not restore: " + "; ".join(problems)
                 )
-        _mode = "off"
+        _mode = Mode.OFF
         return status()
 
 
@@ -208,8 +210,8 @@ def installed(force: bool = False, dtensor: bool = False) -> Iterator[Status]:
         with _lock:
             if _mode != before or _groups != before_groups:
                 uninstall()
-                if before != "off":
-                    install(force=(before == "forced"), dtensor="dtensor" in before_groups)
+                if before != Mode.OFF:
+                    install(force=(before == Mode.FORCED), dtensor="dtensor" in before_groups)
 
 
 def __getattr__(name: str) -> Any:

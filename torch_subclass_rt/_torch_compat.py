@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import re
 from typing import Any
 
 import torch
@@ -43,13 +44,24 @@ def torch_version() -> str:
     return str(torch.__version__).split("+", 1)[0]
 
 
+_RELEASE_PART = re.compile(r"\d+")
+
+
 def version_tuple(version: str | None = None) -> tuple[int, ...]:
+    """(major, minor, patch) of a torch version string (default: the running
+    torch), e.g. "2.13.0a0+git1234" -> (2, 13, 0), "2.12.0rc1" -> (2, 12, 0).
+
+    The one version parser of the package and its tests (test/harness.py's
+    ``torch_major_minor`` is its first two numbers). A part counts up to its
+    first non-digit, so a pre-release suffix never leaks into the number;
+    parsing stops at the first part that does not start with a digit.
+    """
     parts = []
-    for piece in (version or torch_version()).split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
+    for piece in (version or torch_version()).split("+", 1)[0].split("."):
+        m = _RELEASE_PART.match(piece)
+        if m is None:
             break
-        parts.append(int(digits))
+        parts.append(int(m.group()))
         if len(parts) == 3:
             break
     return tuple(parts)
@@ -108,8 +120,40 @@ def register_opaque(cls: type, typ: str = "reference", **kwargs: Any) -> type:
 
 
 def is_opaque_object(value: object) -> bool:
-    """True for an instance of a registered opaque type, or its FakeScriptObject."""
+    """True for an instance of a registered opaque type, or its FakeScriptObject.
+
+    The bare ``isinstance`` against this torch's base class; code asking
+    about an inner attr calls :func:`is_opaque_attr`."""
     return isinstance(value, opaque_base())
+
+
+def is_opaque_attr(value: object, *, fake: bool | None = None) -> bool:
+    """Whether ``value``, an inner attr named by ``__tensor_flatten__`` (or
+    the value in such an attr's flat slot), is an opaque object.
+
+    The one predicate for "an opaque among flatten attrs": the runtime and
+    every patch point call it, in Python and from edited torch source.
+    ``fake`` narrows it: None (default) -- the real object or its
+    ``FakeScriptObject`` (what tracing puts in its place); False -- only
+    the real object, not yet fakeified; True -- only a ``FakeScriptObject``.
+
+    A tensor is never an opaque. Testing it first is cheap (no metaclass
+    ``__instancecheck__`` for the common case) and changes no answer:
+    registering an opaque type requires ``OpaqueBaseMeta``, which cannot be
+    combined with ``torch.Tensor``'s metaclass. Whether an opaque is a
+    reference or a value type is a separate question
+    (:func:`is_reference_opaque_type` of ``type(unwrap_fake_opaque(v))``).
+
+    Not covered on purpose: "any FakeScriptObject" (TorchScript objects
+    included; Dynamo's op-output checks in ``points/dynamo.py``), and
+    unwrapping a FakeScriptObject whose ``real_obj`` may be missing
+    (``points/tracing.py``, ``points/dtensor.py``).
+    """
+    if isinstance(value, torch.Tensor) or not is_opaque_object(value):
+        return False
+    if fake is None:
+        return True
+    return (unwrap_fake_opaque(value) is not value) == fake
 
 
 def unwrap_fake_opaque(value: Any) -> Any:

@@ -32,7 +32,10 @@ from typing import Any
 
 import torch
 
-MODES = ("auto", "backport", "forced", "native", "native+fixes")
+from ._modes import Mode
+
+#: "auto" (whatever install() picks on this torch) and the install modes
+MODES = ("auto", Mode.BACKPORT, Mode.FORCED, Mode.NATIVE, Mode.NATIVE_FIXES)
 
 
 class DemoFailure(RuntimeError):
@@ -69,9 +72,9 @@ class DemoConfig:
 def _apply_mode(mode: str):
     import torch_subclass_rt as tsrt
 
-    if mode == "native":
+    if mode == Mode.NATIVE:
         return tsrt.status()
-    st = tsrt.install(force=(mode == "forced"))
+    st = tsrt.install(force=(mode == Mode.FORCED))
     if mode != "auto" and st.mode != mode:
         raise RuntimeError(f"mode {mode!r} requested but install() gave {st!r}")
     return st
@@ -95,124 +98,203 @@ def _step(model, x, target):
     return loss, y.detach()
 
 
-def _train(rank: int, cfg: DemoConfig) -> dict[str, Any]:
-    import torch.distributed as dist
+@dataclasses.dataclass
+class _Run:
+    """One rank's training run: its models, data, compiled step and what it
+    measured so far."""
+
+    rank: int
+    cfg: DemoConfig
+    dev: torch.device
+    #: "ref" (single process, whole batch), "eager" and "compiled" (sharded)
+    models: dict[str, torch.nn.Module]
+    #: per step: the global batch and its targets
+    xs: torch.Tensor
+    ts: torch.Tensor
+    counter: Any
+    compiled: Any
+    times: dict[str, list[float]] = dataclasses.field(
+        default_factory=lambda: {"eager": [], "compiled": []}
+    )
+    max_err: float = 0.0
+
+
+def _setup(rank: int, cfg: DemoConfig) -> _Run:
+    """Three identical models, the data of every step, the compiled step."""
     from torch._dynamo.testing import CompileCounterWithBackend
 
-    from .examples.sharded import ShardTensor, collective_calls, distribute, inject_failure
-
-    world = cfg.world_size
     dev = torch.device(cfg.device if cfg.device != "cuda" else "cuda:0")
     torch.manual_seed(0)
     base = _MLP().to(dev)
     models = {k: copy.deepcopy(base) for k in ("ref", "eager", "compiled")}
     n_steps = cfg.steps + cfg.steps_second_mesh
-    global_batch = 8 * world
+    global_batch = 8 * cfg.world_size
     xs = torch.randn(n_steps, global_batch, 8, device=dev)
     ts = torch.randn(n_steps, global_batch, 4, device=dev)
-
     counter = CompileCounterWithBackend(cfg.backend)
     compiled = torch.compile(
         lambda x, t: _step(models["compiled"], x, t), backend=counter, fullgraph=True
     )
-    max_err = 0.0
-    times: dict[str, list[float]] = {"eager": [], "compiled": []}
+    return _Run(rank, cfg, dev, models, xs, ts, counter, compiled)
 
-    def close(actual, expected, what):
-        nonlocal max_err
-        actual, expected = actual.detach(), expected.detach()
-        if actual.shape != expected.shape:
-            raise AssertionError(f"rank {rank}: {what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}")
-        max_err = max(max_err, (actual - expected).abs().max().item())
-        torch.testing.assert_close(actual, expected, atol=cfg.atol, rtol=cfg.rtol, msg=lambda m: f"rank {rank}: {what}: {m}")
 
-    def sync():
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
+def _close(run: _Run, actual, expected, what: str) -> None:
+    """Assert ``actual`` matches ``expected``; track the largest error."""
+    actual, expected = actual.detach(), expected.detach()
+    if actual.shape != expected.shape:
+        raise AssertionError(
+            f"rank {run.rank}: {what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+        )
+    run.max_err = max(run.max_err, (actual - expected).abs().max().item())
+    torch.testing.assert_close(
+        actual, expected, atol=run.cfg.atol, rtol=run.cfg.rtol,
+        msg=lambda m: f"rank {run.rank}: {what}: {m}",
+    )
 
-    def run(mesh: Any, i: int) -> None:
-        # the single-process reference, on the whole batch
-        xr = xs[i].clone().requires_grad_(True)
-        loss_r, y_r = _step(models["ref"], xr, ts[i])
-        loss_r.backward()
 
-        outs = {}
-        for kind in ("eager", "compiled"):
-            x = distribute(xs[i], mesh, 0).detach().requires_grad_(True)
-            t = distribute(ts[i], mesh, 0)
-            if kind == "compiled" and cfg.fail_rank == rank and i == cfg.fail_step:
-                inject_failure(mesh, "injected failure inside the compiled step")
-            sync()
-            t0 = time.perf_counter()
-            loss, y = compiled(x, t) if kind == "compiled" else _step(models[kind], x, t)
-            loss.backward()
-            sync()
-            times[kind].append(time.perf_counter() - t0)
-            outs[kind] = (loss, y, x)
+def _sync(run: _Run) -> None:
+    if run.dev.type == "cuda":
+        torch.cuda.synchronize()
 
-        for kind, (loss, y, x) in outs.items():
-            tag = f"step {i} {kind} vs single-process"
-            if type(y) is not ShardTensor or y.mesh is not mesh:
-                raise AssertionError(f"rank {rank}: {tag}: output carries {getattr(y, 'mesh', None)!r}, not {mesh!r}")
-            if type(x.grad) is not ShardTensor or x.grad.mesh is not mesh:
-                raise AssertionError(
-                    f"rank {rank}: {tag}: input grad carries {getattr(x.grad, 'mesh', None)!r}, not {mesh!r}"
-                )
-            close(loss, loss_r, f"{tag}: loss")
-            close(y.full_tensor(), y_r, f"{tag}: output")
-            close(x.grad._local, xr.grad.chunk(world, 0)[rank], f"{tag}: input grad")
-            for (name, p), p_ref in zip(models[kind].named_parameters(), models["ref"].parameters()):
-                if type(p.grad) is not torch.Tensor:
-                    raise AssertionError(f"rank {rank}: {tag}: {name}.grad is a {type(p.grad).__name__}")
-                close(p.grad, p_ref.grad, f"{tag}: {name}.grad")
-        # compiled vs eager, directly
-        close(outs["compiled"][0], outs["eager"][0], f"step {i} compiled vs eager: loss")
-        for (name, pc), pe in zip(models["compiled"].named_parameters(), models["eager"].parameters()):
-            close(pc.grad, pe.grad, f"step {i} compiled vs eager: {name}.grad")
 
-        with torch.no_grad():
-            for m in models.values():
-                for p in m.parameters():
-                    p -= 0.1 * p.grad
-                    p.grad = None
+def _reference_step(run: _Run, i: int):
+    """Step ``i`` of the single-process reference, on the whole batch:
+    (input, loss, output)."""
+    xr = run.xs[i].clone().requires_grad_(True)
+    loss_r, y_r = _step(run.models["ref"], xr, run.ts[i])
+    loss_r.backward()
+    return xr, loss_r, y_r
 
-    mesh1 = _new_mesh(cfg, "mesh-1")
-    for i in range(cfg.steps):
-        run(mesh1, i)
-    compiles_first = counter.frame_count
 
-    # a fresh process group and mesh: same graph, new runtime object
-    mesh2 = _new_mesh(cfg, "mesh-2")
-    calls1 = collective_calls(mesh1)
-    for i in range(cfg.steps, n_steps):
-        run(mesh2, i)
+def _sharded_steps(run: _Run, mesh: Any, i: int) -> dict[str, tuple[Any, Any, Any]]:
+    """Step ``i`` eager and compiled on this rank's shard, each timed:
+    kind -> (loss, output, input)."""
+    from .examples.sharded import distribute, inject_failure
+
+    cfg = run.cfg
+    outs = {}
+    for kind in ("eager", "compiled"):
+        x = distribute(run.xs[i], mesh, 0).detach().requires_grad_(True)
+        t = distribute(run.ts[i], mesh, 0)
+        if kind == "compiled" and cfg.fail_rank == run.rank and i == cfg.fail_step:
+            inject_failure(mesh, "injected failure inside the compiled step")
+        _sync(run)
+        t0 = time.perf_counter()
+        loss, y = run.compiled(x, t) if kind == "compiled" else _step(run.models[kind], x, t)
+        loss.backward()
+        _sync(run)
+        run.times[kind].append(time.perf_counter() - t0)
+        outs[kind] = (loss, y, x)
+    return outs
+
+
+def _check_against_reference(run: _Run, mesh: Any, i: int, outs, reference) -> None:
+    """Each sharded step against the reference: output and input grad carry
+    ``mesh``; loss, output and every grad match."""
+    from .examples.sharded import ShardTensor
+
+    rank, world = run.rank, run.cfg.world_size
+    xr, loss_r, y_r = reference
+    for kind, (loss, y, x) in outs.items():
+        tag = f"step {i} {kind} vs single-process"
+        if type(y) is not ShardTensor or y.mesh is not mesh:
+            raise AssertionError(f"rank {rank}: {tag}: output carries {getattr(y, 'mesh', None)!r}, not {mesh!r}")
+        if type(x.grad) is not ShardTensor or x.grad.mesh is not mesh:
+            raise AssertionError(
+                f"rank {rank}: {tag}: input grad carries {getattr(x.grad, 'mesh', None)!r}, not {mesh!r}"
+            )
+        _close(run, loss, loss_r, f"{tag}: loss")
+        _close(run, y.full_tensor(), y_r, f"{tag}: output")
+        _close(run, x.grad._local, xr.grad.chunk(world, 0)[rank], f"{tag}: input grad")
+        for (name, p), p_ref in zip(run.models[kind].named_parameters(), run.models["ref"].parameters()):
+            if type(p.grad) is not torch.Tensor:
+                raise AssertionError(f"rank {rank}: {tag}: {name}.grad is a {type(p.grad).__name__}")
+            _close(run, p.grad, p_ref.grad, f"{tag}: {name}.grad")
+
+
+def _check_compiled_vs_eager(run: _Run, i: int, outs) -> None:
+    _close(run, outs["compiled"][0], outs["eager"][0], f"step {i} compiled vs eager: loss")
+    for (name, pc), pe in zip(run.models["compiled"].named_parameters(), run.models["eager"].parameters()):
+        _close(run, pc.grad, pe.grad, f"step {i} compiled vs eager: {name}.grad")
+
+
+def _sgd_update(models: dict[str, torch.nn.Module]) -> None:
+    with torch.no_grad():
+        for m in models.values():
+            for p in m.parameters():
+                p -= 0.1 * p.grad
+                p.grad = None
+
+
+def _train_step(run: _Run, mesh: Any, i: int) -> None:
+    """Step ``i`` on ``mesh``: reference, eager and compiled, all checked,
+    then the same update for every model."""
+    reference = _reference_step(run, i)
+    outs = _sharded_steps(run, mesh, i)
+    _check_against_reference(run, mesh, i, outs, reference)
+    _check_compiled_vs_eager(run, i, outs)
+    _sgd_update(run.models)
+
+
+def _check_mesh_switch(run: _Run, mesh1: Any, calls1: int, compiles_first: int) -> None:
+    """After the steps on mesh-2: none of them ran a collective on mesh-1,
+    and the function compiled once for both meshes."""
+    from .examples.sharded import collective_calls
+
     if collective_calls(mesh1) != calls1:
         raise AssertionError(
-            f"rank {rank}: steps on mesh-2 ran {collective_calls(mesh1) - calls1} "
+            f"rank {run.rank}: steps on mesh-2 ran {collective_calls(mesh1) - calls1} "
             "collective(s) on mesh-1"
         )
-    if counter.frame_count != 1:
+    if run.counter.frame_count != 1:
         raise AssertionError(
-            f"rank {rank}: {counter.frame_count} compiles for two meshes "
+            f"rank {run.rank}: {run.counter.frame_count} compiles for two meshes "
             f"({compiles_first} after mesh-1), expected 1"
         )
 
-    def per_step(ts_):  # the first step of each mesh includes compilation
-        warm = ts_[1 : cfg.steps] + ts_[cfg.steps + 1 :]
-        return 1000 * sum(warm) / len(warm) if warm else float("nan")
 
+def _per_step_ms(cfg: DemoConfig, ts_: list[float]) -> float:
+    """Mean ms of the steps after each mesh's first (which includes compilation)."""
+    warm = ts_[1 : cfg.steps] + ts_[cfg.steps + 1 :]
+    return 1000 * sum(warm) / len(warm) if warm else float("nan")
+
+
+def _result(run: _Run, mesh1: Any, mesh2: Any) -> dict[str, Any]:
+    from .examples.sharded import collective_calls
+
+    cfg = run.cfg
     return {
-        "rank": rank,
+        "rank": run.rank,
         "status": _short_status(cfg.mode),
-        "compiles": counter.frame_count,
-        "max_err": max_err,
-        "eager_ms": per_step(times["eager"]),
-        "compiled_ms": per_step(times["compiled"]),
-        "first_compiled_s": times["compiled"][0],
+        "compiles": run.counter.frame_count,
+        "max_err": run.max_err,
+        "eager_ms": _per_step_ms(cfg, run.times["eager"]),
+        "compiled_ms": _per_step_ms(cfg, run.times["compiled"]),
+        "first_compiled_s": run.times["compiled"][0],
         "mesh2_calls": collective_calls(mesh2),
         "mesh_type": type(mesh1).__name__,
         "caches": _cache_counters(),
     }
+
+
+def _train(rank: int, cfg: DemoConfig) -> dict[str, Any]:
+    """This rank's whole run: ``cfg.steps`` on a mesh, then
+    ``cfg.steps_second_mesh`` on a fresh one; raises on any mismatch."""
+    from .examples.sharded import collective_calls
+
+    run = _setup(rank, cfg)
+    mesh1 = _new_mesh(cfg, "mesh-1")
+    for i in range(cfg.steps):
+        _train_step(run, mesh1, i)
+    compiles_first = run.counter.frame_count
+
+    # a fresh process group and mesh: same graph, new runtime object
+    mesh2 = _new_mesh(cfg, "mesh-2")
+    calls1 = collective_calls(mesh1)
+    for i in range(cfg.steps, cfg.steps + cfg.steps_second_mesh):
+        _train_step(run, mesh2, i)
+    _check_mesh_switch(run, mesh1, calls1, compiles_first)
+    return _result(run, mesh1, mesh2)
 
 
 MESH_KINDS = ("handle", "device_mesh")
@@ -238,7 +320,7 @@ def _installs_device_mesh(mode: str) -> bool:
     from . import _torch_compat
 
     version = _torch_compat.torch_version()
-    return mode in ("auto", "backport") and version in _torch_compat.BACKPORT_VERSIONS
+    return mode in ("auto", Mode.BACKPORT) and version in _torch_compat.BACKPORT_VERSIONS
 
 
 def _device_mesh_refusal() -> str:
@@ -266,7 +348,7 @@ def _short_status(requested: str) -> str:
     import torch_subclass_rt as tsrt
 
     st = tsrt.status()
-    if requested == "native":
+    if requested == Mode.NATIVE:
         return f"mode='native' (install() not called; status: mode={st.mode!r})"
     return f"mode={st.mode!r}, {len(st.points)} patch point(s)"
 

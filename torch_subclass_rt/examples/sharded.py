@@ -44,7 +44,6 @@ not DTensor: static shapes, even sharding, one mesh dimension.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
 from typing import Any

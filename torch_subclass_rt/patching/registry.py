@@ -24,13 +24,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._modes import POINT_MODES, Mode
+
 _MISSING = object()
 
-#: Modes a point can belong to. "backport": torch lacks the feature;
-#: "forced": torch has it natively and we replace its runtime with ours;
-#: "native+fixes": torch has it natively but lacks later upstream fixes,
+#: Modes a point can belong to. BACKPORT: torch lacks the feature;
+#: FORCED: torch has it natively and we replace its runtime with ours;
+#: NATIVE_FIXES: torch has it natively but lacks later upstream fixes,
 #: which are applied as points (``upstream_fix`` names the PR).
-MODES = frozenset({"backport", "forced", "native+fixes"})
+MODES = POINT_MODES
 
 
 class PatchError(RuntimeError):
@@ -49,8 +51,8 @@ class PatchPoint:
     build: Callable[[Any], Any]
     #: exact torch versions (public part, "2.11.0") this point applies to
     versions: frozenset[str]
-    #: which install modes use it
-    modes: frozenset[str]
+    #: which install modes use it (members of ``MODES``)
+    modes: frozenset[Mode]
     #: why torch needs this change (one line; shown by ``status``)
     reason: str
     #: modules that imported ``attr`` by name at module level
@@ -89,7 +91,7 @@ class PatchPoint:
     def attr_path(self) -> tuple[str, ...]:
         return tuple(self.target.partition(":")[2].split("."))
 
-    def applies_to(self, version: str, mode: str) -> bool:
+    def applies_to(self, version: str, mode: Mode | str) -> bool:
         return version in self.versions and mode in self.modes
 
 
@@ -307,7 +309,7 @@ def verify(journal: Journal) -> None:
 
 
 def select(
-    points: Iterable[PatchPoint], version: str, mode: str, groups: Iterable[str] = ()
+    points: Iterable[PatchPoint], version: str, mode: Mode | str, groups: Iterable[str] = ()
 ) -> list[PatchPoint]:
     """The points for this torch version and mode: every ungrouped one, and
     those of the opt-in ``groups`` asked for."""

@@ -33,13 +33,9 @@ SUBSYSTEMS: tuple[str, ...] = (
 
 
 def all_points() -> list[PatchPoint]:
+    # Every name must import: a misspelled or deleted subsystem is an error,
+    # not a silently smaller install.
     points: list[PatchPoint] = []
     for name in SUBSYSTEMS:
-        try:
-            mod = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"{__name__}.{name}":
-                continue  # subsystem not written yet
-            raise
-        points.extend(mod.POINTS)
+        points.extend(importlib.import_module(f"{__name__}.{name}").POINTS)
     return points

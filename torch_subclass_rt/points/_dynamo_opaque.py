@@ -10,17 +10,14 @@ from typing import Any
 
 import torch
 
-from .._torch_compat import is_opaque_object, is_reference_opaque_type, unwrap_fake_opaque
+# is_opaque_attr: imported by name by the edited sources (points/guards.py,
+# points/dynamo.py); the package's one predicate, re-exported here.
+from .._torch_compat import is_opaque_attr, is_reference_opaque_type, unwrap_fake_opaque
 from ..runtime import errors
 
 
-def is_opaque_attr(inner: Any) -> bool:
-    """A flatten attr that is an opaque object (or its FakeScriptObject)."""
-    return not isinstance(inner, torch.Tensor) and is_opaque_object(inner)
-
-
 def is_tensor_or_opaque(inner: Any) -> bool:
-    return isinstance(inner, torch.Tensor) or is_opaque_object(inner)
+    return isinstance(inner, torch.Tensor) or is_opaque_attr(inner)
 
 
 def check_flatten_attr(subclass: Any, attr: str, inner: Any) -> None:

@@ -10,7 +10,7 @@ which edit calls it.
 
 from __future__ import annotations
 
-from .._torch_compat import is_opaque_object, is_reference_opaque_type
+from .._torch_compat import is_reference_opaque_type
 from ._dynamo_opaque import (
     check_flatten_attr,
     check_tensor_or_opaque,
@@ -36,7 +36,6 @@ __all__ = [
     # dynamo: VariableBuilder._wrap, VariableBuilder.wrap_tensor (DTensor branch)
     "treat_as_opaque",
     "flatten_ctx_ok",
-    # parametrize, distributed (FSDP sync)
-    "is_opaque_object",
+    # parametrize, distributed (FSDP sync): is_opaque_attr above, and
     "is_reference_opaque_type",
 ]

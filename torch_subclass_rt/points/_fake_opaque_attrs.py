@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._torch_compat import is_opaque_object, unwrap_fake_opaque
+from .._torch_compat import is_opaque_attr, unwrap_fake_opaque
 from ..runtime import errors
 
 #: instance attribute on a MetaTensorDesc (private: not a dataclass field)
@@ -43,7 +43,7 @@ def describe_flatten_attrs(
         inner = getattr(t, attr)
         if isinstance(inner, torch.Tensor):
             attrs[attr] = describer.describe_tensor(inner, trace=trace)
-        elif is_opaque_object(inner):
+        elif is_opaque_attr(inner):
             opaques[attr] = unwrap_fake_opaque(inner)
         else:
             raise errors.unregistered_object_in_tensor_attrs(t, attr, inner)

@@ -1,17 +1,18 @@
 """Version sets the point modules declare themselves for."""
 
+from .._modes import Mode
 from .._torch_compat import BACKPORT_VERSIONS, FORCED_VERSIONS
 
 BACKPORT = frozenset(BACKPORT_VERSIONS)
 FORCED = frozenset(FORCED_VERSIONS)
 #: backport-only: torch >= 2.12 already does this natively and the point only
 #: exists because 2.11 lacks it.
-ONLY_BACKPORT = {"versions": BACKPORT, "modes": frozenset({"backport"})}
+ONLY_BACKPORT = {"versions": BACKPORT, "modes": frozenset({Mode.BACKPORT})}
 #: our runtime replacing torch's: on 2.11 to add the feature, on 2.13 (forced)
 #: to prove it is a drop-in equal of the native implementation.
-RUNTIME = {"versions": BACKPORT | FORCED, "modes": frozenset({"backport", "forced"})}
+RUNTIME = {"versions": BACKPORT | FORCED, "modes": frozenset({Mode.BACKPORT, Mode.FORCED})}
 #: forced-only: adapts torch >= 2.12's native code to our runtime.
-ONLY_FORCED = {"versions": FORCED, "modes": frozenset({"forced"})}
+ONLY_FORCED = {"versions": FORCED, "modes": frozenset({Mode.FORCED})}
 
 
 def upstream_fix(*versions: str) -> dict:
@@ -24,9 +25,9 @@ def upstream_fix(*versions: str) -> dict:
     unknown = set(versions) - set(FIXES_VERSIONS) - BACKPORT
     if unknown:
         raise ValueError(f"upstream_fix: no mode for torch {sorted(unknown)}")
-    modes = {"native+fixes"}
+    modes = {Mode.NATIVE_FIXES}
     if set(versions) & FORCED:
-        modes.add("forced")
+        modes.add(Mode.FORCED)
     if set(versions) & BACKPORT:
-        modes.add("backport")
+        modes.add(Mode.BACKPORT)
     return {"versions": frozenset(versions), "modes": frozenset(modes)}

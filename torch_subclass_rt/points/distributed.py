@@ -13,7 +13,7 @@ import warnings
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from .._torch_compat import is_opaque_object
+from .._torch_compat import is_opaque_attr
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ._versions import ONLY_BACKPORT
@@ -45,7 +45,7 @@ def _build_get_untyped_storages(original):
                 attrs, _ = obj.__tensor_flatten__()  # type: ignore[attr-defined]
                 for attr in attrs:
                     value = getattr(obj, attr)
-                    if isinstance(value, torch.Tensor) or not is_opaque_object(value):
+                    if not is_opaque_attr(value):
                         unflattened_tensors.append(value)
             else:
                 if not hasattr(obj, "untyped_storage"):
@@ -66,7 +66,7 @@ def _build_sync_module_params_and_buffers(original):
     with its two "inner attrs of a subclass" list comprehensions filtered to
     drop opaques, as 2.12 does; otherwise an opaque reaches
     ``_check_module_states_for_sync_module_states`` (reads ``.device``) and
-    the broadcast. The edited code calls our helper as ``__tsrt__.is_opaque_object``
+    the broadcast. The edited code calls our helper as ``__tsrt__.is_opaque_attr``
     (patching/source_edit.py).
     Note [install() is transparent without opaques]: identical (torch's own source; the
     filters drop nothing without opaques).
@@ -77,12 +77,12 @@ def _build_sync_module_params_and_buffers(original):
             Edit(
                 "inner_buffers = [getattr(detached_buffer, attr) for attr in attrs]",
                 "inner_buffers = [getattr(detached_buffer, attr) for attr in attrs]\n"
-                "inner_buffers = [v for v in inner_buffers if not __tsrt__.is_opaque_object(v)]",
+                "inner_buffers = [v for v in inner_buffers if not __tsrt__.is_opaque_attr(v)]",
             ),
             Edit(
                 "inner_params = [getattr(detached_param, attr) for attr in attrs]",
                 "inner_params = [getattr(detached_param, attr) for attr in attrs]\n"
-                "inner_params = [v for v in inner_params if not __tsrt__.is_opaque_object(v)]",
+                "inner_params = [v for v in inner_params if not __tsrt__.is_opaque_attr(v)]",
             ),
         ],
     )

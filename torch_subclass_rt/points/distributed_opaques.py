@@ -201,10 +201,17 @@ def _type_infos() -> dict[type, Any]:
 
 
 def _build_opaque_types(original):
+    """build(): replaces ``torch._library.opaque_object._OPAQUE_TYPES`` (torch
+    2.11.0) by an overlay of it that also holds DeviceMesh and ProcessGroup
+    with 2.13's members and guard (module docstring). Note [install() is
+    transparent without opaques]: delegation (every other key is torch's
+    dict's)."""
     return _Overlay(original, dict(_type_infos()))
 
 
 def _build_opaque_types_by_name(original):
+    """build(): the same overlay for ``opaque_object._OPAQUE_TYPES_BY_NAME``
+    (torch 2.11.0)."""
     return _Overlay(original, {info.class_name: info for info in _type_infos().values()})
 
 
@@ -244,6 +251,13 @@ def treat_as_opaque(builder: Any, value: Any) -> bool:
 
 
 def _build_wrap(original):
+    """``torch._dynamo.variables.builder.VariableBuilder._wrap`` (torch
+    2.11.0) with two edits. Differs from 2.11: a mesh / process group that
+    is an inner attr of a subclass input is wrapped as an opaque graph
+    input (2.13's path) instead of a DeviceMeshVariable /
+    ProcessGroupVariable. Note [install() is transparent without opaques]:
+    identical (torch's own source; only an inner attr marked by the
+    ``wrap_tensor`` edit, i.e. an opaque, takes the new path)."""
     return edited_function(
         original,
         [
@@ -316,6 +330,9 @@ def _fake_getattribute(self, name):
 
 
 def _build_getattribute(original):
+    """build(): replaces ``FakeScriptObject.__getattribute__`` (torch 2.11.0
+    backport, 2.13.0 forced) by :func:`_fake_getattribute`, keeping the
+    original to delegate to."""
     global _torch_fake_getattribute
     _torch_fake_getattribute = original
     return _fake_getattribute

@@ -20,16 +20,20 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._dynamo_opaque import is_opaque_attr
+from .._torch_compat import is_opaque_attr
 from ._versions import ONLY_BACKPORT
 
 _BUILDER = "torch._dynamo.variables.builder"
 
 
 def _build_automatic_dynamic(original):
-    # Note [install() is transparent without opaques]: identical (torch's own source;
-    # without opaques the inserted lines skip nothing; a non-tensor, non-opaque
-    # attr is the Note's named exception).
+    """``torch._dynamo.variables.builder._automatic_dynamic`` (torch 2.11.0)
+    with one edit. Differs from 2.11, as 2.12: no inner symbolic context for
+    opaque attrs; an attr that is neither a tensor nor an opaque raises the
+    runtime's TypeError here. Note [install() is transparent without
+    opaques]: identical (torch's own source; without opaques the inserted
+    lines skip nothing; a non-tensor, non-opaque attr is the Note's named
+    exception)."""
     # 2.12 creates inner symbolic contexts for tensor attrs only; opaque attrs
     # have none (meta_tensor and produce_guards_verbose skip them too). This
     # is the first place Dynamo looks at the attrs, so an attr that is neither
@@ -55,8 +59,14 @@ def _build_automatic_dynamic(original):
 
 
 def _build_wrap_tensor(original):
-    # Note [install() is transparent without opaques]: identical (torch's own source;
-    # the inserted check passes every tensor; the named exception otherwise).
+    """``torch._dynamo.variables.builder.VariableBuilder.wrap_tensor`` (torch
+    2.11.0) with two edits. Differs from 2.11: flatten attrs that are not
+    tensors or reference opaques are rejected up front (2.12's check), inner
+    attrs are marked for ``distributed_opaques``' ``_wrap`` edit, and with
+    ``install(dtensor=True)`` DTensor's 2.13 flatten context is accepted.
+    Note [install() is transparent without opaques]: identical (torch's own
+    source; the inserted check passes every tensor; the named exception
+    otherwise)."""
     # 2.12 rejects flatten attrs that are neither tensors nor reference
     # opaques up front, with an error that names the attr (2.11 failed later,
     # deep inside fakeification).
@@ -109,9 +119,12 @@ _WRAP_TENSOR_DTENSOR_CTX = Edit(
 
 
 def _build_dynamic_getattr(original):
-    # Note [install() is transparent without opaques]: identical (torch's own source;
-    # without opaques no attr is a FakeScriptObject, and a tensor passes the
-    # check exactly as it passed 2.11's assert).
+    """``torch._dynamo.variables.tensor.TensorVariable.dynamic_getattr``
+    (torch 2.11.0) with one edit. Differs from 2.11, as 2.12: an attr of an
+    intermediate subclass may be an opaque (see below).
+    Note [install() is transparent without opaques]: identical (torch's own
+    source; without opaques no attr is a FakeScriptObject, and a tensor
+    passes the check exactly as it passed 2.11's assert)."""
     # `y.mesh` on an intermediate subclass (no source): 2.11 asserts a
     # flatten attr is a tensor. 2.12 also accepts an opaque (wrap_fx_proxy
     # turns a real reference opaque into a FakeScriptObject-backed
@@ -144,8 +157,11 @@ def _build_dynamic_getattr(original):
 
 
 def _build_handle_traced_output(original):
-    # Note [install() is transparent without opaques]: identical (torch's own source; the
-    # new branch only matches a FakeScriptObject, i.e. an opaque).
+    """``torch._dynamo.variables.builder.handle_traced_output`` (torch
+    2.11.0) with one edit. Differs from 2.11, as 2.12: an op output that is
+    a FakeScriptObject is wrapped as is. Note [install() is transparent
+    without opaques]: identical (torch's own source; the new branch only
+    matches a FakeScriptObject, i.e. an opaque)."""
     # An op whose output is already a FakeScriptObject (e.g. getitem on the
     # flatten ctx/attrs of a fake subclass, as compiled autograd's backward
     # prologue does): 2.11 has no branch for it and graph-breaks with
@@ -170,8 +186,12 @@ def _build_handle_traced_output(original):
 
 
 def _build_codegen_call(original):
-    # Note [install() is transparent without opaques]: identical (torch's own source; the
-    # added class is only built for opaques).
+    """``torch._dynamo.codegen.PyCodegen.__call__`` (torch 2.11.0) with one
+    edit. Differs from 2.11: an opaque can be a graph output (2.12), and a
+    value-type opaque made in the function is loaded as a global (2.13
+    prints it through ``__fx_repr__``; see below). Note [install() is
+    transparent without opaques]: identical (torch's own source; the added
+    class is only built for opaques)."""
     # Returning an opaque (`return y, y.mesh`): its TorchScriptObjectVariable
     # is a graph output like a tensor (2.12 adds it to this isinstance list).
     # A value-type opaque constant built in the function has no graph node;

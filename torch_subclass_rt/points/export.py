@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import functools
 
-from torch import Tensor
-
-from .._torch_compat import is_opaque_object
+from .._torch_compat import is_opaque_attr
 from ..patching.registry import PatchPoint
 from ._versions import ONLY_BACKPORT
 
@@ -51,7 +49,7 @@ def _build_create_symbolic_context_for_tensor(original):
 
     @functools.wraps(original)
     def _create_symbolic_context_for_tensor(t, source, t_constraints, sources, mode):
-        if not isinstance(t, Tensor) and is_opaque_object(t):
+        if is_opaque_attr(t):
             return _OPAQUE_ATTR
         context = original(t, source, t_constraints, sources, mode)
         inner = getattr(context, "inner_contexts", None)

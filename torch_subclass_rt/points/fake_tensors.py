@@ -15,7 +15,7 @@ from typing import Any, Optional
 from torch import Tensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from .._torch_compat import is_opaque_object
+from .._torch_compat import is_opaque_attr
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ._versions import ONLY_BACKPORT
@@ -31,7 +31,7 @@ def _tensor_attrs(x: Any) -> list[Tensor] | None:
     out = []
     for attr in attrs:
         inner = getattr(x, attr)
-        if not isinstance(inner, Tensor) and is_opaque_object(inner):
+        if is_opaque_attr(inner):
             continue
         out.append(inner)
     return out if len(out) != len(attrs) else None
@@ -90,12 +90,15 @@ def _build_maybe_get_fake_mode(original):
 
 
 def _build_describe_tensor(original):
-    # Note [install() is transparent without opaques]: identical (torch's own source;
-    # without opaques describe_flatten_attrs describes every attr as 2.11 did
-    # and nothing is attached).
-    # 2.12 describes tensor attrs and keeps opaque attrs aside
-    # (MetaTensorDesc.opaque_attrs). We keep them on the desc instance; see
-    # _fake_opaque_attrs for why not a dataclass field.
+    """``torch._subclasses.meta_utils.MetaTensorDescriber.describe_tensor``
+    (torch 2.11.0) with three edits. Differs from 2.11, as 2.12: only tensor
+    attrs are described; opaque attrs are kept aside (2.12:
+    ``MetaTensorDesc.opaque_attrs``; here on the desc instance, see
+    ``_fake_opaque_attrs`` for why not a dataclass field); any other attr is
+    the runtime's TypeError. Note [install() is transparent without
+    opaques]: identical (torch's own source; without opaques
+    describe_flatten_attrs describes every attr as 2.11 did and nothing is
+    attached)."""
     return edited_function(
         original,
         [
@@ -126,9 +129,13 @@ def _build_describe_tensor(original):
 
 
 def _build_meta_tensor(original):
-    # Note [install() is transparent without opaques]: identical (torch's own source;
-    # without opaques nothing is added to inner_tensors and every attr has a
-    # desc).
+    """``torch._subclasses.meta_utils.MetaConverter.meta_tensor`` (torch
+    2.11.0) with two edits. Differs from 2.11, as 2.12: the real opaque
+    objects go to ``__tensor_unflatten__`` next to the fakeified inner
+    tensors, and a subclass view's replay maps tensor attrs only.
+    Note [install() is transparent without opaques]: identical (torch's own
+    source; without opaques nothing is added to inner_tensors and every attr
+    has a desc)."""
     return edited_function(
         original,
         [

@@ -25,7 +25,7 @@ from typing import Any
 from torch import Tensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from .._torch_compat import is_opaque_object
+from .._torch_compat import is_opaque_attr
 from ..patching.registry import PatchPoint
 from ._versions import ONLY_BACKPORT
 
@@ -34,16 +34,22 @@ _AOT = "torch._functorch._aot_autograd"
 
 
 def _answer_for_opaques(neutral: Any):
-    """build(): wrap ``original`` so an opaque first argument yields ``neutral``.
+    """build(): wraps ``torch._functorch._aot_autograd.functional_utils.<name>``
+    (torch 2.11.0: ``sync_functional_tensor``,
+    ``are_all_mutations_under_no_grad_or_inference_mode``) so an opaque
+    first argument yields ``neutral``.
 
-    Note [install() is transparent without opaques]: delegation (anything but an
-    opaque goes to the original).
+    Differs from 2.11: an opaque (reached through the helper's recursion
+    into a subclass's attrs) gets the neutral answer instead of 2.11's
+    error; 2.12 skips opaque attrs in the same recursion.
+    Note [install() is transparent without opaques]: delegation (anything
+    but an opaque goes to the original).
     """
 
     def build(original):
         @functools.wraps(original)
         def wrapper(t, *args, **kwargs):
-            if not isinstance(t, Tensor) and is_opaque_object(t):
+            if is_opaque_attr(t):
                 return neutral
             return original(t, *args, **kwargs)
 
@@ -53,14 +59,15 @@ def _answer_for_opaques(neutral: Any):
 
 
 def _build_is_fun(original):
+    """build(): replaces ``functional_utils.is_fun`` (torch 2.11.0) by a
+    dispatcher: a subclass with an opaque attr goes to our :func:`is_fun`,
+    everything else to 2.11's function (see there)."""
+
     @functools.wraps(original)
     def is_fun_dispatch(t: object) -> bool:
         if isinstance(t, Tensor) and is_traceable_wrapper_subclass(t):
             attrs, _ = t.__tensor_flatten__()  # type: ignore[attr-defined]
-            if any(
-                not isinstance(v, Tensor) and is_opaque_object(v)
-                for v in (getattr(t, a) for a in attrs)
-            ):
+            if any(is_opaque_attr(getattr(t, a)) for a in attrs):
                 return is_fun(t)
         return original(t)
 
@@ -90,7 +97,7 @@ def is_fun(t: object) -> bool:
         got: bool | None = None
         for attr in attrs:
             inner = getattr(t, attr)
-            if not isinstance(inner, Tensor) and is_opaque_object(inner):
+            if is_opaque_attr(inner):
                 continue
             fun = _fu_is_fun(inner)
             if got is None:
@@ -123,7 +130,7 @@ def sc_visit(t: Any, fn: Any, reduce_fn: Any, accum_init: Any) -> Any:
             return
         for attr in e.__tensor_flatten__()[0]:
             inner = getattr(e, attr)
-            if not isinstance(inner, Tensor) and is_opaque_object(inner):
+            if is_opaque_attr(inner):
                 continue
             visit(inner)
 

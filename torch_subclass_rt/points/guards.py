@@ -16,8 +16,12 @@ from ._versions import ONLY_BACKPORT
 
 
 def _build_produce_guards_verbose(original):
-    # Note [install() is transparent without opaques]: identical (torch's own source;
-    # without opaques no attr is skipped).
+    """``torch.fx.experimental.symbolic_shapes.ShapeEnv.produce_guards_verbose``
+    (torch 2.11.0) with one edit. Differs from 2.11, as 2.12: opaque attrs of
+    a subclass input are skipped when guarding inner sizes and strides (they
+    have neither, nor a symbolic context). Note [install() is transparent
+    without opaques]: identical (torch's own source; without opaques no attr
+    is skipped)."""
     return edited_function(
         original,
         [
@@ -40,7 +44,8 @@ def _build_produce_guards_verbose(original):
 
 
 def _build_guards_state_reducer_override(original):
-    """``GuardsStatePickler.reducer_override`` (torch 2.11.0) with one edit.
+    """``torch._dynamo.guards.GuardsStatePickler.reducer_override`` (torch
+    2.11.0) with one edit.
 
     Pickling Dynamo's guard state (precompile / ``caching_precompile``)
     reduces a subclass input by calling ``reducer_override`` on each inner

@@ -23,8 +23,12 @@ from ._versions import ONLY_BACKPORT
 
 
 def _build(original):
-    # Note [install() is transparent without opaques]: delegation (only a reference
-    # opaque is keyed here; everything else goes to the original).
+    """build(): wraps ``torch._inductor.codecache.FxGraphCachePickler.
+    _reduce_fake_script_object`` (torch 2.11.0). Differs from 2.11: a
+    FakeScriptObject of a reference opaque reduces to a key naming its type
+    instead of pickling the real object (module docstring).
+    Note [install() is transparent without opaques]: delegation (only a
+    reference opaque is keyed here; everything else goes to the original)."""
     @functools.wraps(original)
     def _reduce_fake_script_object(self, t):
         real = t.real_obj

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .._torch_compat import is_opaque_object, is_reference_opaque_type
+from .._torch_compat import is_opaque_attr, is_reference_opaque_type
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ..runtime import errors
@@ -25,10 +25,6 @@ from ._versions import ONLY_BACKPORT
 
 _SP = "torch._functorch._aot_autograd.subclass_parametrization"
 _PZ = "torch.nn.utils.parametrize"
-
-
-def _is_opaque(value: object) -> bool:
-    return not isinstance(value, torch.Tensor) and is_opaque_object(value)
 
 
 # --- UnwrapTensorSubclass ---------------------------------------------------
@@ -104,7 +100,7 @@ def _build_right_inverse(original):
             attr_to_meta: dict[str, Any] = {}
             for attr in inner_tensors_attrnames:
                 val = getattr(tensor, attr)
-                if _is_opaque(val):
+                if is_opaque_attr(val):
                     if not is_reference_opaque_type(type(val)):
                         raise errors.value_opaque_in_tensor_attrs(
                             type(val), tensor, attr, exc_type=ValueError
@@ -165,7 +161,7 @@ def _build_parametrization_list_init(original):
                 """,
                 """
                 for i, originali in enumerate(new):
-                    if not isinstance(originali, Tensor) and __tsrt__.is_opaque_object(originali):
+                    if __tsrt__.is_opaque_attr(originali):
                         if not __tsrt__.is_reference_opaque_type(type(originali)):
                             raise ValueError(
                                 f"'right_inverse' must return a Tensor or a reference-type "
@@ -202,7 +198,7 @@ def _build_parametrization_list_right_inverse(original):
                 for i, tensor in enumerate(value):
                     original_i = getattr(self, f"original{i}")
                     if not isinstance(tensor, Tensor):
-                        if __tsrt__.is_opaque_object(tensor) and __tsrt__.is_reference_opaque_type(
+                        if __tsrt__.is_opaque_attr(tensor) and __tsrt__.is_reference_opaque_type(
                             type(tensor)
                         ):
                             setattr(self, f"original{i}", tensor)

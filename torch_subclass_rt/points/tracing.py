@@ -39,8 +39,12 @@ def _real_obj(obj: Any) -> Any:
 
 
 def _wrap_set_proxy_slot(original):
-    # Note [install() is transparent without opaques]: delegation (the side map only
-    # records FakeScriptObjects of registered opaques).
+    """build(): wraps ``torch.fx.experimental.proxy_tensor.set_proxy_slot``
+    (torch 2.11.0). Differs from 2.11: a FakeScriptObject of a registered
+    opaque whose real object already has a proxy in this trace is given
+    that proxy, as 2.12 keys opaque proxies by the real object.
+    Note [install() is transparent without opaques]: delegation (the side
+    map only records FakeScriptObjects of registered opaques)."""
     @functools.wraps(original)
     def set_proxy_slot(obj, tracer, proxy):
         real = _real_obj(obj)
@@ -56,8 +60,13 @@ def _wrap_set_proxy_slot(original):
 
 
 def _wrap_get_proxy_slot(original):
-    # Note [install() is transparent without opaques]: delegation (a miss is retried
-    # with the caller's default, so torch's own answer or error comes back).
+    """build(): wraps ``torch.fx.experimental.proxy_tensor.get_proxy_slot``
+    (torch 2.11.0). Differs from 2.11: a miss for a FakeScriptObject of a
+    registered opaque is answered with the proxy of its real object, if the
+    trace has one (2.12's keying by real object).
+    Note [install() is transparent without opaques]: delegation (a miss is
+    retried with the caller's default, so torch's own answer or error comes
+    back)."""
     from torch.fx.experimental.proxy_tensor import _NoDefault
 
     missing = object()

@@ -21,8 +21,13 @@ from ._versions import ONLY_FORCED
 
 
 def _validate_then_wrap(original):
-    # Note [install() is transparent without opaques]: delegation (after a check that
-    # passes every tensor attr; the named exception otherwise).
+    """build(): wraps ``torch._dynamo.variables.builder.VariableBuilder.wrap_tensor``
+    (torch 2.13.0, forced mode only). Differs from 2.13: a subclass input's
+    flatten attrs (recursively) are checked first, so a value opaque or an
+    unregistered object gets the runtime's error naming the subclass and
+    the attr (module docstring). Note [install() is transparent without
+    opaques]: delegation (after a check that passes every tensor attr; the
+    named exception otherwise)."""
     @functools.wraps(original)
     def wrap_tensor(self, value):
         if is_traceable_wrapper_subclass(value):

@@ -39,6 +39,24 @@ behaviour):
 
 Checked by test/test_transparency.py (stock and installed in one process)
 and, on a user's own suite, by ``python -m torch_subclass_rt compare``.
+
+Note [The runtime and the patch series are one change]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+The functions here that replace torch's (``flatten.create_subclass_metadata``
+and ``unwrap_tensor_subclasses``, ``wrap.creation_fn``, the errors in
+``errors``) have an in-tree twin in the patch series
+(``patches/v2.11.0/0001-*.patch``: ``subclass_utils.py``, ``schemas.py``,
+``torch/_library/opaque_object.py``), as do the point modules' edits in
+the later patches. Both must do the same thing, error messages included:
+a change to one is ported to the other in the same change, and
+``tools/verify_patches.py`` compares their graph dumps byte for byte
+(CONTRIBUTING.md, "the parity check is the rule"). ``plans`` precomputes
+what the series' ``creation_fn`` computes per call (with its fixed
+``compute_outer_size_and_stride``): same results, so both sides change
+together there too. The exceptions, which stay out of the series because
+they change speed only, say so in their module docstrings:
+``call_wrapper``/``codegen`` and ``grad_codegen`` (the series keeps 2.11's
+loop and walker, which reach the opaque slot through its ``creation_fn``).
 """
 
 from .meta import OpaqueMeta

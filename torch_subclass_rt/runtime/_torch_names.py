@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 @functools.cache
 def aot() -> SimpleNamespace:
-    from torch._functorch._aot_autograd import descriptors, schemas, subclass_utils
+    from torch._functorch._aot_autograd import descriptors, schemas
     from torch._functorch._aot_autograd.runtime_wrappers import (
         coerce_to_expected_memory_format,
     )
@@ -30,8 +30,4 @@ def aot() -> SimpleNamespace:
         SubclassStrideAOTInput=descriptors.SubclassStrideAOTInput,
         SubclassStrideAOTOutput=descriptors.SubclassStrideAOTOutput,
         coerce_to_expected_memory_format=coerce_to_expected_memory_format,
-        # the original torch function, captured before any point replaces it
-        get_plain_tensors=__import__(
-            "torch._subclasses.fake_tensor", fromlist=["get_plain_tensors"]
-        ).get_plain_tensors,
     )

@@ -35,7 +35,17 @@ from .codegen import build_subclass_wrapper
 
 
 def post_compile(original):
-    """build(): the replacement for ``AOTDispatchSubclassWrapper.post_compile``."""
+    """build(): replaces ``torch._functorch._aot_autograd.runtime_wrappers.
+    AOTDispatchSubclassWrapper.post_compile`` (torch 2.11.0, backport only).
+
+    Differs from 2.11: the per-call wrapper it returns runs generated
+    straight-line code (``codegen``) from the first call on, instead of
+    2.11's loop over the metadata on every call; same results and errors
+    (calls it was not generated for run 2.11's wrapper, which is built
+    here too). Parallels 2.13.0's ``post_compile``, which calls its own
+    ``subclass_codegen.codegen_subclass_wrapper`` (see ``codegen``).
+    Note [install() is transparent without opaques]: delegation (module
+    docstring)."""
     from torch._functorch._aot_autograd import runtime_wrappers as rw
 
     @functools.wraps(original)

@@ -33,9 +33,35 @@ wrapper torch's own ``post_compile`` built, so it does whatever torch's loop
 does with it. Where the fast path runs it is identical to torch's loop: same
 flat list (inner attrs in ``__tensor_flatten__`` order, which Dynamo's guards
 fix per compiled graph; symbolic sizes then strides), same trailing
-arguments, same rebuild through ``__tensor_unflatten__``, same activations. torch >= 2.13
-generates the same kind of wrapper itself (``subclass_codegen``); this is our
-own generator, used on torch 2.11 where the wrapper is a data-driven loop.
+arguments, same rebuild through ``__tensor_unflatten__``, same activations.
+
+Upstream counterpart: torch 2.13.0's
+``torch/_functorch/_aot_autograd/subclass_codegen.py``, whose
+``codegen_subclass_wrapper`` 2.13's ``AOTDispatchSubclassWrapper.post_compile``
+calls (and whose ``codegen_backward_subclass_fns`` generates the backward's
+grad rebuild, our ``grad_codegen``). This is our own generator for torch
+2.11, where the wrapper is a data-driven loop, not a copy of 2.13's. It
+differs in what it leaves to torch: 2.13 bakes in inputs frozen by
+inductor freezing (``frozen_inp_indices``: ``None`` in their slot) and the
+``act_input_indices`` that 2.11's metadata lacks, and asserts the type of
+every other subclass argument; ours hands any call whose subclass
+arguments are not exactly the compiled types to ``torch_loop``.
+Installed only in backport mode (``call_wrapper``), speed only, outside the
+patch series (CONTRIBUTING.md).
+
+Note [Generated wrappers and the plans rebuild alike]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+One layout, three rebuilds: ``plans`` (``wrap_plan`` / ``run_wrap``, which
+``wrap.creation_fn`` runs at run time, e.g. from torch's own loop and
+walker), the source generated here (``_wrap_expr`` / ``_unwrap_items``)
+and ``grad_codegen`` (which reuses ``_wrap_expr`` for subclass grads).
+For the same runtime-safe metadata they must read the same flat slots in
+the same order and call ``__tensor_unflatten__`` with the same inner
+dict, context, outer size and stride; the generated code only inlines
+what a plan holds, so a change to the layout (see Note [Opaque attrs in
+the flat argument list] in ``flatten``) or to the plans is made in all
+three, and ``test/test_subclass_wrapper_codegen.py`` /
+``test/test_grad_codegen.py`` compare them.
 """
 
 from __future__ import annotations
@@ -114,6 +140,8 @@ def _outer_expr(src: _Source, outer: Any, flat_indices: tuple[int, ...], prefix:
 
 
 def _wrap_expr(src: _Source, plan: plans.WrapPlan) -> str:
+    # See Note [Generated wrappers and the plans rebuild alike]: the inline
+    # form of plans.run_wrap(plan, outs).
     entries = ", ".join(
         f"{attr!r}: " + (f"outs[{idx}]" if nested is None else _wrap_expr(src, nested))
         for attr, idx, nested in plan.attrs

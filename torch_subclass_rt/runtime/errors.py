@@ -1,4 +1,8 @@
-"""The user-facing errors of the runtime, worded in one place."""
+"""The user-facing errors of the runtime, worded in one place.
+
+The patch series raises the same words from torch's own files (see Note
+[The runtime and the patch series are one change] in ``runtime``).
+"""
 
 from __future__ import annotations
 
@@ -47,20 +51,6 @@ def opaque_slot_mismatch(subclass_type: type | None, attr: str, got: Any) -> Ass
         f"{_type_name(got)}, expected a registered opaque object; the flat "
         "argument list does not match the subclass metadata (this is a bug in "
         "torch_subclass_rt, please report it with the subclass definition)"
-    )
-
-
-def tangent_metadata_mismatch(
-    expected_type: Any, expected_meta: Any, runtime_type: Any, runtime_meta: Any, x: Any
-) -> RuntimeError:
-    return RuntimeError(
-        "During the backward, we encountered a tensor subclass where we guessed "
-        "its metadata incorrectly.\n\n"
-        f"Expected metadata: {expected_meta}, expected type: {expected_type}\n\n"
-        f"Runtime metadata: {runtime_meta}, runtime type: {runtime_type}\n\n"
-        f"shape: {getattr(x, 'shape', None)}\n"
-        "To fix this, your tensor subclass must implement the dunder method "
-        "__coerce_same_metadata_as_tangent__."
     )
 
 

@@ -21,6 +21,14 @@ slot of that list at its position among the inner attrs, so:
 
 Value-type opaques compare by ``__eq__`` and belong in the flatten *context*
 (they are guarded on and baked in), so they are rejected among inner attrs.
+
+Every producer and consumer of the flat list must agree on this layout (see
+Note [Opaque attrs in the flat argument list] in each): here
+``create_subclass_metadata`` and ``unwrap_tensor_subclasses``; ``wrap``'s
+``creation_fn`` and ``plans``' wrap plans (rebuild); ``codegen`` and
+``grad_codegen`` (the same, generated); ``tangents`` (a tangent's leaves);
+and the edited torch sources that flatten subclasses themselves (Dynamo,
+fake tensors, parametrization in ``points/``).
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ def classify_inner_attr(subclass: Any, attr: str, value: Any) -> str:
     """
     if isinstance(value, Tensor):
         return "tensor"
-    if compat.is_opaque_object(value):
+    if compat.is_opaque_attr(value):
         real_type = type(compat.unwrap_fake_opaque(value))
         if not compat.is_reference_opaque_type(real_type):
             raise errors.value_opaque_in_tensor_attrs(real_type, subclass, attr)
@@ -53,6 +61,8 @@ def classify_inner_attr(subclass: Any, attr: str, value: Any) -> str:
 
 
 def enumerate_filter_symints(lst: Sequence[Any]) -> list[tuple[int, SymInt]]:
+    """Our copy of ``subclass_utils.enumerate_filter_symints`` (torch 2.11.0
+    and 2.13.0, the same in both); not installed, same results."""
     # Nested ints (jagged dims) are not graph inputs: NJT rebuilds them.
     return [
         (i, s)
@@ -63,6 +73,8 @@ def enumerate_filter_symints(lst: Sequence[Any]) -> list[tuple[int, SymInt]]:
 
 
 def maybe_suggest_memory_format(t: Any, with_memory_format: bool) -> Any:
+    """Our copy of ``subclass_utils.maybe_suggest_memory_format`` (torch
+    2.11.0 and 2.13.0, the same in both); not installed, same results."""
     if not with_memory_format:
         return None
     return aot().MemoryFormatMeta.from_tensor(t)
@@ -71,16 +83,28 @@ def maybe_suggest_memory_format(t: Any, with_memory_format: bool) -> Any:
 def create_subclass_metadata(
     a: Any, start_idx: int, count_symints: bool, with_memory_format: bool = False
 ) -> tuple[Any, int]:
-    """Metadata to rebuild ``a`` from the flat list starting at ``start_idx``.
+    """Replaces ``torch._functorch._aot_autograd.subclass_utils.create_subclass_metadata``
+    (torch 2.11.0 backport; 2.13.0 forced).
 
-    Returns ``(meta, next_idx)``. A plain tensor takes one slot; a subclass
-    takes the slots of its inner attrs (recursively; one per opaque) followed,
-    with ``count_symints``, by its symbolic sizes and strides.
+    Differs from 2.11: a reference-type opaque attr gets an ``OpaqueMeta``
+    and one slot (2.11 recursed into it as if it were a plain tensor); a
+    value-type opaque raises 2.12's RuntimeError, an attr that is neither a
+    tensor nor a registered opaque our TypeError (2.11 built a
+    ``PlainTensorMeta`` for either). Differs from 2.13: the same two errors
+    carry a hint on what to do (2.13: the RuntimeError's first two sentences
+    only; a bare ``AssertionError: expected Tensor or OpaqueBase``); the
+    ``isinstance(a, Tensor)`` assert torch makes after the attrs is left
+    out (``is_traceable_wrapper_subclass`` already implies it).
+    Note [install() is transparent without opaques]: identical for tensor
+    attrs (same walk, indices, symint counts and fields); a non-tensor,
+    non-opaque attr is the Note's named exception.
+    See Note [Opaque attrs in the flat argument list] and Note [The runtime
+    and the patch series are one change].
 
-    Replaces ``subclass_utils.create_subclass_metadata`` (2.11.0 backport,
-    2.13.0 forced). Note [install() is transparent without opaques]: identical for tensor attrs (same walk, indices,
-    symint counts and fields); a non-tensor, non-opaque attr is the Note's
-    named exception.
+    Metadata to rebuild ``a`` from the flat list starting at ``start_idx``;
+    returns ``(meta, next_idx)``. A plain tensor takes one slot; a subclass
+    takes the slots of its inner attrs (recursively; one per opaque)
+    followed, with ``count_symints``, by its symbolic sizes and strides.
     """
     names = aot()
     if not is_traceable_wrapper_subclass(a):
@@ -131,10 +155,16 @@ def create_subclass_meta(
     count_symints: bool = True,
     with_memory_format: bool = False,
 ) -> list[Any]:
-    """One metadata entry per argument of a flat (outer) argument list.
+    """Our copy of ``subclass_utils.create_subclass_meta`` (torch 2.11.0 and
+    2.13.0, the same in both) over our :func:`create_subclass_metadata`.
 
-    Replaces ``subclass_utils.create_subclass_meta``. Note [install() is transparent without opaques]:
-    identical (same loop, same PlainTensorMeta start indices).
+    Not installed: torch's own function calls ``create_subclass_metadata``
+    through its module global, which is ours once installed. This copy lets
+    the tests build our runtime's metadata directly, in any mode. Differs
+    only in leaving out torch's ``isinstance(a, Tensor)`` assert, which
+    ``is_traceable_wrapper_subclass`` implies.
+
+    One metadata entry per argument of a flat (outer) argument list.
     """
     names = aot()
     idx = 0
@@ -162,8 +192,13 @@ def create_subclass_meta(
 def _fakeify_opaque(value: Any) -> Any:
     """Trace time: a registered opaque becomes a FakeScriptObject of the active
     fake mode, so the proxy tracer sees a graph input, not a constant.
-    See Note [Opaque attrs in the flat argument list]."""
-    if not compat.is_opaque_object(value) or compat.unwrap_fake_opaque(value) is not value:
+    See Note [Opaque attrs in the flat argument list].
+
+    torch 2.13's ``_maybe_fakeify_opaque`` (local to
+    ``unwrap_tensor_subclasses``), with the same results: an object that is
+    already a FakeScriptObject is returned as is (2.13 gets there because
+    ``is_opaque_type(FakeScriptObject)`` is False)."""
+    if not compat.is_opaque_attr(value, fake=False):  # not an opaque, or already fake
         return value
     from torch._guards import detect_fake_mode
     from torch._library.fake_class_registry import maybe_to_fake_obj
@@ -180,14 +215,22 @@ def unwrap_tensor_subclasses(
     *,
     append_symints: bool,
 ) -> tuple[list[Any], list[Any]]:
-    """Trace time: flatten subclass args (and their descriptors).
+    """Replaces ``torch._functorch._aot_autograd.subclass_utils.unwrap_tensor_subclasses``
+    (torch 2.11.0 backport; 2.13.0 forced).
 
-    Inner tensors and opaques in ``__tensor_flatten__`` order, then (with
-    ``append_symints``) each subclass's symbolic sizes and strides.
-
-    Replaces ``subclass_utils.unwrap_tensor_subclasses``. Note [install() is transparent without opaques]:
+    Differs from 2.11: a leaf that is a registered opaque is fakeified
+    (``_fakeify_opaque``, as 2.13 does), so it becomes a graph input, not a
+    constant (2.11 traced the real object). Differs from 2.11 and 2.13: a
+    different number of args and descriptors raises ``AssertionError``
+    (torch zips them and silently drops the extra ones; its callers always
+    pass as many). Note [install() is transparent without opaques]:
     identical (same order and descriptors; ``_fakeify_opaque`` returns any
-    non-opaque leaf unchanged).
+    non-opaque leaf unchanged). See Note [Opaque attrs in the flat argument
+    list] and Note [The runtime and the patch series are one change].
+
+    Trace time: flatten subclass args (and their descriptors): inner
+    tensors and opaques in ``__tensor_flatten__`` order, then (with
+    ``append_symints``) each subclass's symbolic sizes and strides.
     """
     names = aot()
     xs: list[Any] = []

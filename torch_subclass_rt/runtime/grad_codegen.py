@@ -14,8 +14,14 @@ a plain input and a ``MeshTensor(_local, mesh)`` input::
             {'_local': outs[1], 'mesh': outs[2]}, _ctx3, _size4, _stride5),)
 
 The expressions are the forward wrapper's (``codegen._wrap_expr``), so a
-grad is rebuilt exactly as a forward output is. torch >= 2.13 generates the
-same kind of function itself (``codegen_backward_subclass_fns``).
+grad is rebuilt exactly as a forward output is (see Note [Generated wrappers
+and the plans rebuild alike] in ``codegen``); the flat grads follow the
+layout of Note [Opaque attrs in the flat argument list] in ``flatten``, as
+the tangents flattened into the backward's inputs do (``tangents``): one
+slot per opaque, holding the object itself. Upstream counterpart: torch
+2.13.0's ``subclass_codegen.codegen_backward_subclass_fns``, whose wrap
+function 2.13's generated backward epilogue calls; ours is our own
+generator for 2.11's functional epilogue, not a copy.
 
 Replaces nothing that changes behaviour: ``backward_epilogue`` stands in for
 torch 2.11.0's ``runtime_wrappers._backward_epilogue_functional`` and lets
@@ -99,7 +105,16 @@ _generated: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
 def backward_epilogue(original: Callable[..., Any]) -> Callable[..., Any]:
-    """build(): the replacement for ``_backward_epilogue_functional``."""
+    """build(): replaces ``torch._functorch._aot_autograd.runtime_wrappers.
+    _backward_epilogue_functional`` (torch 2.11.0, backport only).
+
+    Differs from 2.11: nothing a caller can see. The subclass grads of a
+    compiled backward are rebuilt by a function generated once per
+    ``SubclassMeta`` instead of 2.11's walk over ``grad_input_metas``
+    (``wrap_tensor_subclasses``) on every backward; everything else, and
+    every case the generated function does not cover, is 2.11's own
+    function (module docstring). Note [install() is transparent without
+    opaques]: delegation."""
 
     @functools.wraps(original)
     def _backward_epilogue_functional(

@@ -14,6 +14,10 @@ frees its plans too. Attr names come from the metadata, i.e. from
 ``__tensor_flatten__`` at compile time: Dynamo only reuses a compiled graph
 for inputs of the same subclass type and flatten context, and a subclass's
 inner attr names are a function of those.
+
+See Note [Generated wrappers and the plans rebuild alike] in ``codegen``
+(the generated wrappers inline these plans) and Note [Opaque attrs in the
+flat argument list] in ``flatten`` (the layout they index).
 """
 
 from __future__ import annotations
@@ -132,6 +136,16 @@ def _fill(outer: Any, values: list[Any]) -> tuple[Any, ...]:
 
 
 def run_wrap(plan: WrapPlan, args: Any) -> Any:
+    """The run-time half of ``SubclassCreationMeta.creation_fn`` (torch
+    2.11.0 / 2.13.0, ``is_runtime=True``) with the walk precomputed, its
+    ``compute_outer_size_and_stride`` included.
+
+    Differs from 2.11: an opaque slot is passed as is (like a plain
+    tensor's), and symbolic strides are read after the sizes, not from the
+    sizes' slots (the 2.13 behaviour; a named exception of Note [install()
+    is transparent without opaques]). Differs from 2.13: no per-call type
+    check of tensor and opaque slots. See Note [Generated wrappers and the
+    plans rebuild alike]: ``codegen._wrap_expr`` is its inline form."""
     inner = {
         attr: (args[idx] if sub is None else run_wrap(sub, args))
         for attr, idx, sub in plan.attrs

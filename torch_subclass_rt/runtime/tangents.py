@@ -5,17 +5,17 @@ type, flatten context and memory format that were assumed when the backward
 was traced, and flattened into the backward's inputs. Opaque attrs are not
 differentiable; they keep their flat slot and are passed through untouched.
 
-Replaces ``AOTDispatchAutograd.process_runtime_tangent`` (torch 2.11.0
-backport, 2.13.0 forced) through :func:`build`. Note [install() is
-transparent without opaques]: delegation. A tangent whose metadata holds no
-``OpaqueMeta`` anywhere (a plain tensor, or any subclass without opaques) is
-handed to torch's own function with the very arguments it got, so users see
-torch's behaviour and torch's error messages word for word (2.11's "we
-guessed its metadata incorrectly" text; 2.13's with tangent index,
-descriptor and stack trace). Only metadata with an opaque slot runs
-:func:`process_runtime_tangent` below, which differs from torch 2.13's
-function only in that its error, where torch has no detailed one (2.11),
-comes from ``errors.tangent_metadata_mismatch``.
+Replaces ``AOTDispatchAutograd.process_runtime_tangent`` in forced mode
+only (torch 2.13.0) through :func:`build`; not installed on 2.11, whose
+function already passes a non-tensor attr through as its own flat leaf,
+which is all an opaque slot needs (points/aot_autograd.py). Note [install()
+is transparent without opaques]: delegation. A tangent whose metadata holds
+no ``OpaqueMeta`` anywhere (a plain tensor, or any subclass without
+opaques) is handed to torch's own function with the very arguments it got.
+Metadata with an opaque slot runs :func:`process_runtime_tangent` below,
+whose errors are torch's own too: the mismatch error comes from 2.13's
+``_raise_tangent_metadata_error`` with the tangent index, descriptor,
+compile id and stack trace the caller passed (test/test_tangent_errors.py).
 """
 
 from __future__ import annotations
@@ -27,13 +27,15 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from . import errors
 from ._torch_names import aot
 from .plans import has_opaque
 from .meta import OpaqueMeta
 
 
 def _coerce_metadata(x: Any, expected_type: Any, expected_meta: Any, runtime_type: Any, runtime_meta: Any) -> Any:
+    """torch 2.13's ``maybe_coerce`` (local to ``process_runtime_tangent``):
+    ``x`` as is, coerced by ``__coerce_same_metadata_as_tangent__``, or None
+    when it cannot be. Same steps and results."""
     if expected_type == runtime_type and expected_meta == runtime_meta:
         return x
     coerce = getattr(x, "__coerce_same_metadata_as_tangent__", None)
@@ -47,7 +49,11 @@ def _coerce_metadata(x: Any, expected_type: Any, expected_meta: Any, runtime_typ
 
 def build(original: Any) -> staticmethod:
     """build() of the point: torch's function for metadata without opaques,
-    ours for metadata with one (see the module docstring)."""
+    ours for metadata with one (see the module docstring).
+
+    The dispatcher passes on every argument it got (2.13's generated
+    backward prologue passes tangent index, descriptor, compile id and stack
+    trace positionally), so our function can raise 2.13's detailed error."""
     torch_fn = original.__func__ if isinstance(original, staticmethod) else original
 
     @functools.wraps(torch_fn)
@@ -63,18 +69,14 @@ def _mismatch(
     expected_type: Any, expected_meta: Any, runtime_type: Any, runtime_meta: Any, x: Any,
     tangent_idx: Any, tangent_desc: Any, compile_id_str: Any, tangent_stack_trace: Any,
 ) -> Exception:
-    # torch >= 2.13 words this error in detail (index, descriptor, graph,
-    # stack trace); its own helper, so the message is native's word for word.
+    # torch's own helper (every native release has it; forced mode runs on
+    # one), so the message is native's word for word: index, descriptor,
+    # graph and stack trace included.
     from torch._functorch._aot_autograd.runtime_wrappers import AOTDispatchAutograd
 
-    native = getattr(AOTDispatchAutograd, "_raise_tangent_metadata_error", None)
-    if native is not None:
-        return native(
-            expected_type, expected_meta, runtime_type, runtime_meta, x,
-            tangent_idx, tangent_desc, compile_id_str, tangent_stack_trace,
-        )
-    return errors.tangent_metadata_mismatch(
-        expected_type, expected_meta, runtime_type, runtime_meta, x
+    return AOTDispatchAutograd._raise_tangent_metadata_error(
+        expected_type, expected_meta, runtime_type, runtime_meta, x,
+        tangent_idx, tangent_desc, compile_id_str, tangent_stack_trace,
     )
 
 
@@ -88,14 +90,20 @@ def process_runtime_tangent(
     *,
     recurse: Callable[..., Any] | None = None,
 ) -> tuple[Any, list[Any]]:
-    """Returns ``(coerced tangent, its flat leaves for the backward graph)``.
+    """Replaces ``AOTDispatchAutograd.process_runtime_tangent`` (torch
+    2.13.0, forced mode; installed behind :func:`build`, which sends it only
+    metadata with an opaque slot).
 
-    Same steps as torch 2.13's ``AOTDispatchAutograd.process_runtime_tangent``
-    (which skips opaque slots the same way). The extra positional arguments
-    exist in torch >= 2.13's signature (for its error message) and are
-    accepted so callers of either version work. ``recurse`` processes inner
-    attrs (the installed dispatcher, so inner metadata without opaques goes
-    to torch's function as torch's own recursion would).
+    Differs from 2.13: nothing a caller can see. Same steps, results and
+    errors (the mismatch error is 2.13's own, built from the extra
+    positional arguments of its signature); an opaque slot's object is one
+    leaf, as in 2.13. The inner attrs recurse through ``recurse`` (the
+    installed dispatcher), so inner metadata without opaques goes to
+    torch's function as torch's own recursion would.
+    See Note [Opaque attrs in the flat argument list] (``flatten``): a
+    tangent's leaves follow the layout the backward graph was traced with.
+
+    Returns ``(coerced tangent, its flat leaves for the backward graph)``.
     """
     names = aot()
     if recurse is None:

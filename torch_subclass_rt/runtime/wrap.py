@@ -22,15 +22,28 @@ from .meta import OpaqueMeta
 
 
 def creation_fn(self: Any, all_args: Sequence[Any], *, is_runtime: bool) -> Tensor:
-    """Rebuild the subclass described by ``self`` (a SubclassCreationMeta).
+    """Replaces ``torch._functorch._aot_autograd.schemas.SubclassCreationMeta.creation_fn``
+    (torch 2.11.0 backport; 2.13.0 forced).
 
-    Opaque attrs take the object found in their slot: at run time that is the
-    caller's (or the graph's output) object, never the compile-time one.
+    Differs from 2.11: an ``OpaqueMeta`` attr takes the object in its one
+    slot (2.11 has no such attr); at run time the outer size and stride come
+    from ``plans.run_wrap``, which reads the symbolic strides after the
+    sizes (2.11's ``compute_outer_size_and_stride`` re-read the sizes' slots
+    for them). Differs from 2.13: at trace time an opaque slot holding
+    something else raises ``errors.opaque_slot_mismatch`` (2.13: ``AssertionError:
+    OpaqueBase expected``); at run time no slot is type-checked (2.13 checks
+    each opaque and tensor slot on every call): the flat list comes from the
+    graph this metadata describes.
+    Note [install() is transparent without opaques]: identical at trace
+    time (same rebuild, same ``_mirror_autograd_meta_to``); at run time
+    identical through ``plans.run_wrap`` but for the outer-stride fix (a
+    named exception). See Note [Opaque attrs in the flat argument list],
+    Note [Generated wrappers and the plans rebuild alike] and Note [The
+    runtime and the patch series are one change].
 
-    Replaces ``SubclassCreationMeta.creation_fn``. Note [install() is transparent without opaques]:
-    identical at trace time (same rebuild, same ``_mirror_autograd_meta_to``);
-    at run time identical through ``plans.run_wrap`` but for the outer-stride
-    fix of ``compute_outer_size_and_stride`` (a named exception).
+    Rebuilds the subclass described by ``self``. Opaque attrs take the
+    object found in their slot: at run time that is the caller's (or the
+    graph's output) object, never the compile-time one.
     """
     if is_runtime:
         # Hot path (every call): a precomputed plan, no per-slot checks; the
@@ -42,7 +55,7 @@ def creation_fn(self: Any, all_args: Sequence[Any], *, is_runtime: bool) -> Tens
     for attr, attr_meta in self.attrs.items():
         if type(attr_meta) is OpaqueMeta:
             value = all_args[idx]
-            if not compat.is_opaque_object(value):
+            if not compat.is_opaque_attr(value):
                 raise errors.opaque_slot_mismatch(
                     self.original_subclass_type or type(self.original_subclass), attr, value
                 )
