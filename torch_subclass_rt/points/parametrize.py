@@ -23,10 +23,6 @@ from ..runtime import errors
 from ..runtime.meta import OpaqueMeta
 from ._versions import ONLY_BACKPORT
 
-_SP = "torch._functorch._aot_autograd.subclass_parametrization"
-_PZ = "torch.nn.utils.parametrize"
-
-
 def _is_opaque(value: object) -> bool:
     return not isinstance(value, torch.Tensor) and is_opaque_object(value)
 
@@ -236,7 +232,12 @@ def _build_parametrization_list_right_inverse(original):
 POINTS = [
     PatchPoint(
         name="parametrize.UnwrapTensorSubclass.forward",
-        target=f"{_SP}:UnwrapTensorSubclass.forward",
+        target="torch._functorch._aot_autograd.subclass_parametrization"
+        ":UnwrapTensorSubclass.forward",
+        series=(
+            "0004 torch/_functorch/_aot_autograd/subclass_parametrization.py"
+            "::UnwrapTensorSubclass.forward",
+        ),
         build=_build_forward,
         reason="rebuild the subclass with its opaque attrs from the flat originals",
         guarded_by=(
@@ -246,7 +247,12 @@ POINTS = [
     ),
     PatchPoint(
         name="parametrize.UnwrapTensorSubclass.right_inverse",
-        target=f"{_SP}:UnwrapTensorSubclass.right_inverse",
+        target="torch._functorch._aot_autograd.subclass_parametrization"
+        ":UnwrapTensorSubclass.right_inverse",
+        series=(
+            "0004 torch/_functorch/_aot_autograd/subclass_parametrization.py"
+            "::UnwrapTensorSubclass.right_inverse",
+        ),
         build=_build_right_inverse,
         reason="OpaqueMeta for opaque attrs; the object is one flat original",
         guarded_by=(
@@ -256,7 +262,8 @@ POINTS = [
     ),
     PatchPoint(
         name="parametrize.ParametrizationList.__init__",
-        target=f"{_PZ}:ParametrizationList.__init__",
+        target="torch.nn.utils.parametrize:ParametrizationList.__init__",
+        series=("0004 torch/nn/utils/parametrize.py::ParametrizationList.__init__",),
         build=_build_parametrization_list_init,
         reason="store an opaque original as a plain attribute, not a parameter",
         guarded_by=(
@@ -266,7 +273,8 @@ POINTS = [
     ),
     PatchPoint(
         name="parametrize.ParametrizationList.right_inverse",
-        target=f"{_PZ}:ParametrizationList.right_inverse",
+        target="torch.nn.utils.parametrize:ParametrizationList.right_inverse",
+        series=("0004 torch/nn/utils/parametrize.py::ParametrizationList.right_inverse",),
         build=_build_parametrization_list_right_inverse,
         reason="assigning a subclass re-stores its opaque original as an attribute",
         guarded_by=(
