@@ -287,7 +287,7 @@ def unregistered_member_error(fake: Any, name: str) -> AttributeError | None:
         return None
     from ..runtime import errors
 
-    return errors.unregistered_opaque_member(type(real), name, sorted(info.members))
+    return errors.unregistered_opaque_member_error(type(real), name, sorted(info.members))
 
 
 #: torch's FakeScriptObject.__getattribute__, set when the point is built.

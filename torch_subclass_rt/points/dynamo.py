@@ -78,11 +78,11 @@ def _build_wrap_tensor(original):
                     )
                 """,
                 f"""
-                from {_HELPERS} import check_flatten_attr as _tsrt_check_flatten_attr
+                from {_HELPERS} import check_tensor_flatten_attr as _tsrt_check_tensor_flatten_attr
 
                 for attr in attrs:
                     inner_value = getattr(value, attr)
-                    _tsrt_check_flatten_attr(value, attr, inner_value)
+                    _tsrt_check_tensor_flatten_attr(value, attr, inner_value)
                     inner_source = AttrSource(self.source, attr)
                     _tsrt_builder = VariableBuilder(self.tx, inner_source)
                     # an opaque attr: a registered DeviceMesh / ProcessGroup

@@ -102,7 +102,7 @@ def _build_right_inverse(original):
                 val = getattr(tensor, attr)
                 if _is_opaque(val):
                     if not is_reference_opaque_type(type(val)):
-                        raise errors.value_opaque_in_tensor_attrs(
+                        raise errors.value_opaque_in_tensor_attrs_error(
                             type(val), tensor, attr, exc_type=ValueError
                         )
                     attr_to_meta[attr] = OpaqueMeta()

@@ -37,7 +37,7 @@ from ._torch_names import aot
 from .meta import OpaqueMeta
 
 
-def classify_inner_attr(subclass: Any, attr: str, value: Any) -> str:
+def classify_tensor_flatten_attr(subclass: Any, attr: str, value: Any) -> str:
     """"tensor" or "opaque" for a value listed by ``__tensor_flatten__``.
 
     Raises the user-facing errors for anything else.
@@ -47,9 +47,9 @@ def classify_inner_attr(subclass: Any, attr: str, value: Any) -> str:
     if compat.is_opaque_object(value):
         real_type = type(compat.unwrap_fake_opaque(value))
         if not compat.is_reference_opaque_type(real_type):
-            raise errors.value_opaque_in_tensor_attrs(real_type, subclass, attr)
+            raise errors.value_opaque_in_tensor_attrs_error(real_type, subclass, attr)
         return "opaque"
-    raise errors.unregistered_object_in_tensor_attrs(subclass, attr, value)
+    raise errors.unregistered_object_in_tensor_attrs_error(subclass, attr, value)
 
 
 def enumerate_filter_symints(lst: Sequence[Any]) -> list[tuple[int, SymInt]]:
@@ -97,7 +97,7 @@ def create_subclass_metadata(
     attrs: dict[str, Any] = {}
     for key in inner_keys:
         value = getattr(a, key)
-        if classify_inner_attr(a, key, value) == "opaque":
+        if classify_tensor_flatten_attr(a, key, value) == "opaque":
             attrs[key] = OpaqueMeta()
             next_idx += 1
         else:
