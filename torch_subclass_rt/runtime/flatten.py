@@ -125,40 +125,6 @@ def create_subclass_metadata(
     )
 
 
-def create_subclass_meta(
-    curr_args: Sequence[Any],
-    *,
-    count_symints: bool = True,
-    with_memory_format: bool = False,
-) -> list[Any]:
-    """One metadata entry per argument of a flat (outer) argument list.
-
-    Replaces ``subclass_utils.create_subclass_meta``. Note [install() is transparent without opaques]:
-    identical (same loop, same PlainTensorMeta start indices).
-    """
-    names = aot()
-    idx = 0
-    infos: list[Any] = []
-    for a in curr_args:
-        if is_traceable_wrapper_subclass(a):
-            meta, _ = create_subclass_metadata(
-                a, idx, count_symints=count_symints, with_memory_format=with_memory_format
-            )
-            count = meta.arg_count
-        else:
-            # Plain args (tensors, symints, opaques passed directly) take one
-            # slot; here PlainTensorMeta records where it starts.
-            meta = names.PlainTensorMeta(
-                idx, memory_format=maybe_suggest_memory_format(a, with_memory_format)
-            )
-            count = 1
-        infos.append(meta)
-        idx += count
-    return infos
-
-
-
-
 def _fakeify_opaque(value: Any) -> Any:
     """Trace time: a registered opaque becomes a FakeScriptObject of the active
     fake mode, so the proxy tracer sees a graph input, not a constant.
