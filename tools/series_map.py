@@ -105,40 +105,51 @@ class _FileDiff:
 
 
 def parse_patch(text: str) -> list[_FileDiff]:
-    """The per-file hunks of one ``git format-patch`` file."""
+    """The per-file hunks of one ``git format-patch`` file.
+
+    A hunk's body is read by the line counts of its header, so a body line
+    that looks like mail syntax ("-- ", "diff --git") is still body.
+    """
     diffs: list[_FileDiff] = []
     current: _FileDiff | None = None
-    hunk: list[str] | None = None
     lines = text.splitlines()
     i = 0
     while i < len(lines):
         line = lines[i]
         if line.startswith("diff --git "):
             current = None
-            hunk = None
         elif line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
-            old = line[4:]
-            new = lines[i + 1][4:]
-            current = _FileDiff(
-                None if old == "/dev/null" else old[2:], new[2:], []
-            )
+            old, new = line[4:], lines[i + 1][4:]
+            current = _FileDiff(None if old == "/dev/null" else old[2:], new[2:], [])
             diffs.append(current)
-            hunk = None
             i += 1
         elif current is not None and line.startswith("@@"):
             m = _HUNK_RE.match(line)
             if not m:
                 raise ToolError(f"unreadable hunk header {line!r}")
-            hunk = []
-            current.hunks.append((int(m.group(1)), hunk))
-        elif hunk is not None and line[:1] in (" ", "+", "-", ""):
-            hunk.append(line if line else " ")
-        elif line.startswith("\\"):
-            pass  # "\ No newline at end of file"
+            old_left = int(m.group(2) or 1)
+            new_left = int(m.group(4) or 1)
+            body: list[str] = []
+            while old_left > 0 or new_left > 0:
+                i += 1
+                if i >= len(lines):
+                    raise ToolError(f"hunk {line!r} ends early")
+                b = lines[i] or " "  # an empty context line may lose its space
+                if b.startswith("\\"):
+                    continue  # "\ No newline at end of file"
+                if b[0] == "+":
+                    new_left -= 1
+                elif b[0] == "-":
+                    old_left -= 1
+                elif b[0] == " ":
+                    old_left -= 1
+                    new_left -= 1
+                else:
+                    raise ToolError(f"unexpected line {b!r} in hunk {line!r}")
+                body.append(b)
+            current.hunks.append((int(m.group(1)), body))
         elif line == "-- ":
             break  # a signature (format-patch without --no-signature)
-        else:
-            hunk = None
         i += 1
     return diffs
 
