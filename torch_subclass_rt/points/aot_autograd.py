@@ -125,8 +125,6 @@ POINTS = [
         "runs in place of 2.13's",
         series_none="forced mode only: 2.11's process_runtime_tangent already passes an "
         "opaque slot through as one leaf, so the v2.11.0 series leaves it alone",
-        # Not on 2.11: its process_runtime_tangent already passes a non-tensor
-        # attr through as its own leaf, which is all an opaque slot needs.
         guarded_by=(
             "test/test_point_guards.py::TestOurRuntimeRuns::test_runs_our_process_runtime_tangent",
         ),
