@@ -412,6 +412,7 @@ _M = frozenset({"forced"})
 
 
 def _point(name, target, build, **kw):
+    kw.setdefault("series_none", "a test point")
     return PatchPoint(name, target, build, _V, _M, reason="test", **kw)
 
 

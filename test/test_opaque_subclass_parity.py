@@ -12,7 +12,9 @@ which broke on torch 2.11 + install() while native 2.13 works:
   proxy collision", PR 178113);
 * value-type opaques in the subclass context whose registered members are
   read inside the compiled function;
-* a value-type opaque built inside the compiled function and returned.
+* a value-type opaque built inside the compiled function and returned;
+* FSDP's ``sync_module_states`` on a module whose subclass parameters and
+  buffers hold an opaque inner attr (only the inner tensors are broadcast).
 
 Our own tests, named after upstream's where they mirror one. Runs in the
 mode named by TSRT_MODE (native / backport / forced / patched).
@@ -384,6 +386,39 @@ class TestOpaqueSubclassParity(TestCase):
         out, scale = opt(x)
         self.assertEqual(scale, Scale(2.5))
         self.assertIs(out.grid, x.grid)
+
+    @unittest.skipUnless(torch.distributed.is_available(), "needs torch.distributed")
+    def test_fsdp_sync_module_states_skips_opaque_attrs(self, device):
+        # ours (in the series' copy too): FSDP(sync_module_states=True)
+        # broadcasts the inner attrs of every subclass parameter and buffer
+        # from rank 0; an opaque (a per-rank handle) is not data, so only the
+        # inner tensors may be checked and broadcast. The device check and
+        # the broadcast need GPUs and a process group; record their inputs.
+        from torch.distributed.fsdp import _init_utils
+
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.p = torch.nn.Parameter(GridTensor(torch.zeros(3), Grid("p")))
+                self.register_buffer("b", GridTensor(torch.ones(2), Grid("b")))
+
+        m = M()
+        checked, broadcast = [], []
+        with unittest.mock.patch.object(
+            _init_utils, "_check_module_states_for_sync_module_states",
+            side_effect=lambda states: checked.extend(states),
+        ), unittest.mock.patch.object(
+            _init_utils, "_sync_params_and_buffers",
+            side_effect=lambda pg, states, *args, **kwargs: broadcast.extend(states),
+        ):
+            _init_utils._sync_module_params_and_buffers(m, list(m.parameters()), None)
+        for states in (checked, broadcast):
+            self.assertEqual(
+                [type(s) for s in states], [torch.Tensor, torch.Tensor], states
+            )
+        # buffers first, then parameters, each its inner tensor's values
+        self.assertEqual(broadcast[0], torch.ones(2))
+        self.assertEqual(broadcast[1], torch.zeros(3))
 
 
 class TestKnownNativeLimitations(TestCase):

@@ -19,7 +19,9 @@ from torch._dynamo.test_case import TestCase  # noqa: E402
 
 from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor  # noqa: E402
 from torch_subclass_rt.runtime import codegen  # noqa: E402
-from torch_subclass_rt.runtime.flatten import create_subclass_meta  # noqa: E402
+# torch's own function: with install() it builds the metadata through our
+# create_subclass_metadata (its module global), natively with torch's
+from torch._functorch._aot_autograd.subclass_utils import create_subclass_meta  # noqa: E402
 from test_opaque_attr_tracing import Scaled  # noqa: E402
 
 CODEGEN_LOGGER = codegen.log.name

@@ -267,6 +267,7 @@ def _point(name: str, *tests: str, speed_only: str = ""):
         name=name, target=f"fake.module:{name.replace('.', '_')}", build=lambda o: o,
         versions=frozenset({"9.9.0"}), modes=frozenset({"backport"}), reason="test",
         guarded_by=tests, speed_only=speed_only,
+        series_none="" if speed_only else "a test point",
     )
 
 

@@ -25,13 +25,18 @@ def _status(args: argparse.Namespace) -> int:
     except tsrt.UnsupportedTorchVersion as e:
         print(e)
         return 2
-    pts = select(all_points(), st.torch_version, mode)
+    known = all_points()
+    # opt-in groups too (marked), so every point's series map is listed
+    pts = select(known, st.torch_version, mode, groups={p.group for p in known if p.group})
     if pts:
         print(f"patch points for torch {st.torch_version} ({mode}; * = applied):")
         for p in pts:
             mark = "*" if p.name in st.points else " "
             fix = f" [upstream {p.upstream_fix}]" if p.upstream_fix else ""
+            if p.group:
+                fix += f" [opt-in group {p.group!r}]"
             print(f"  {mark} {p.name:55s} {p.reason}{fix}")
+            print(f"  {'':57s} {p.series_summary()}")
     else:
         print(f"torch {st.torch_version} ({mode}): nothing to patch")
     return 0

@@ -17,6 +17,7 @@ did not exist.
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 import threading
 from types import ModuleType
@@ -27,6 +28,9 @@ from typing import Any
 from .._modes import POINT_MODES, Mode
 
 _MISSING = object()
+
+#: a ``PatchPoint.series`` entry: "0001 torch/path/file.py::qualname"
+SERIES_ENTRY = re.compile(r"^\d{4} torch/\S+\.py::\S+$")
 
 #: Modes a point can belong to. BACKPORT: torch lacks the feature;
 #: FORCED: torch has it natively and we replace its runtime with ours;
@@ -72,6 +76,16 @@ class PatchPoint:
     #: "" for a point every install() of its version/mode applies; otherwise
     #: the name of an opt-in group (``install(dtensor=True)``: "dtensor")
     group: str = ""
+    #: the commits and torch functions of the patch series
+    #: (``patches/v<version>/``) this point is the backport of, as
+    #: ``"NNNN path::qualname"`` entries (the patch number, the file, the
+    #: changed function, ``Class.method``, class, module-level name,
+    #: ``<imports>`` or ``<module>``); tools/series_map.py checks them
+    #: against the series, both ways
+    series: tuple[str, ...] = ()
+    #: why a point that changes behaviour has no counterpart in the series
+    #: (e.g. it only exists in forced mode); exclusive with ``series``
+    series_none: str = ""
 
     def __post_init__(self) -> None:
         if not self.modes <= MODES:
@@ -82,6 +96,28 @@ class PatchPoint:
                 f"{self.name}: target must be 'module:attr' or 'module:Class.attr', "
                 f"got {self.target!r}"
             )
+        # Note [Points and the series]: every point is the backport of named
+        # series changes (series), or says why it has none (series_none), or
+        # only makes the backport faster (speed_only, which stays out of the
+        # series); exactly one of the three. tools/series_map.py checks the
+        # entries against patches/v<version>/ both ways.
+        declared = [k for k in ("series", "series_none", "speed_only") if getattr(self, k)]
+        if len(declared) != 1:
+            raise ValueError(
+                f"{self.name}: a patch point declares exactly one of `series` (the "
+                "series changes it stands for), `series_none` (why it has none) or "
+                f"`speed_only` (its measured gain); it declares {declared or 'none'} "
+                "(see CONTRIBUTING.md, 'Points and the series')"
+            )
+        if isinstance(self.series, str):
+            raise ValueError(f"{self.name}: `series` is a tuple of entries, not a string")
+        for entry in self.series:
+            if not SERIES_ENTRY.match(entry):
+                raise ValueError(
+                    f"{self.name}: series entry {entry!r} is not 'NNNN torch/path.py::qualname' "
+                    "(patch number, file, changed function), e.g. '0001 torch/_functorch/"
+                    "_aot_autograd/subclass_utils.py::create_subclass_metadata'"
+                )
 
     @property
     def module_name(self) -> str:
@@ -90,6 +126,24 @@ class PatchPoint:
     @property
     def attr_path(self) -> tuple[str, ...]:
         return tuple(self.target.partition(":")[2].split("."))
+
+    def series_summary(self) -> str:
+        """What ``status`` shows: the series changes, or why there are none."""
+        if self.speed_only:
+            return f"speed-only: {self.speed_only}"
+        if self.series_none:
+            return f"not in the series: {self.series_none}"
+        # "0001 torch/a.py::f, g; 0003 torch/b.py::h": one prefix per file
+        parts: list[str] = []
+        last = None
+        for entry in self.series:
+            where, _, unit = entry.partition("::")
+            if where == last:
+                parts[-1] += f", {unit}"
+            else:
+                parts.append(entry)
+                last = where
+        return "series " + "; ".join(parts)
 
     def applies_to(self, version: str, mode: Mode | str) -> bool:
         return version in self.versions and mode in self.modes

@@ -20,7 +20,7 @@ def is_tensor_or_opaque(inner: Any) -> bool:
     return isinstance(inner, torch.Tensor) or is_opaque_attr(inner)
 
 
-def check_flatten_attr(subclass: Any, attr: str, inner: Any) -> None:
+def check_tensor_flatten_attr(subclass: Any, attr: str, inner: Any) -> None:
     """torch 2.12's ``VariableBuilder.wrap_tensor`` validation of flatten attrs.
 
     Only tensors and reference-type opaques may be flatten attrs: a
@@ -32,7 +32,7 @@ def check_flatten_attr(subclass: Any, attr: str, inner: Any) -> None:
     check_tensor_or_opaque(subclass, attr, inner)
     real_type = type(unwrap_fake_opaque(inner))
     if not is_reference_opaque_type(real_type):
-        raise errors.value_opaque_in_tensor_attrs(real_type, subclass, attr)
+        raise errors.value_opaque_in_tensor_attrs_error(real_type, subclass, attr)
 
 
 def check_tensor_or_opaque(subclass: Any, attr: str, inner: Any) -> None:
@@ -43,7 +43,7 @@ def check_tensor_or_opaque(subclass: Any, attr: str, inner: Any) -> None:
     subclass, the attr and how to register the type.
     """
     if not is_tensor_or_opaque(inner):
-        raise errors.unregistered_object_in_tensor_attrs(subclass, attr, inner)
+        raise errors.unregistered_object_in_tensor_attrs_error(subclass, attr, inner)
 
 
 def same_object(obj: Any) -> Any:

@@ -46,7 +46,7 @@ def describe_flatten_attrs(
         elif is_opaque_attr(inner):
             opaques[attr] = unwrap_fake_opaque(inner)
         else:
-            raise errors.unregistered_object_in_tensor_attrs(t, attr, inner)
+            raise errors.unregistered_object_in_tensor_attrs_error(t, attr, inner)
     return attrs, opaques
 
 

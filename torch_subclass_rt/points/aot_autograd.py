@@ -22,9 +22,6 @@ from ..patching.registry import PatchPoint
 from ..runtime import call_wrapper, flatten, grad_codegen, meta, tangents, wrap
 from ._versions import ONLY_BACKPORT, ONLY_FORCED, RUNTIME
 
-_AOT = "torch._functorch._aot_autograd"
-_SU = f"{_AOT}.subclass_utils"
-
 
 def _ours(obj):
     return lambda _original: obj
@@ -33,10 +30,11 @@ def _ours(obj):
 POINTS = [
     PatchPoint(
         name="aot.OpaqueMeta",
-        target=f"{_AOT}.schemas:OpaqueMeta",
+        target="torch._functorch._aot_autograd.schemas:OpaqueMeta",
         build=_ours(meta.OpaqueMeta),
         reason="marker for an opaque slot in SubclassCreationMeta.attrs (new in 2.12)",
         new_attribute=True,
+        series=("0001 torch/_functorch/_aot_autograd/schemas.py::OpaqueMeta",),
         guarded_by=(
             "test/test_point_guards.py::TestPointGuards::test_opaque_meta_defined_in_schemas",
         ),
@@ -48,14 +46,22 @@ POINTS = [
         build=_ours(meta.OpaqueMeta),
         reason="2.12 re-exports OpaqueMeta from torch._functorch.aot_autograd",
         new_attribute=True,
+        series=("0001 torch/_functorch/aot_autograd.py::<imports>",),
         guarded_by=("test/test_point_guards.py::TestPointGuards::test_opaque_meta_reexported",),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
         name="aot.SubclassCreationMeta.creation_fn",
-        target=f"{_AOT}.schemas:SubclassCreationMeta.creation_fn",
+        target="torch._functorch._aot_autograd.schemas:SubclassCreationMeta.creation_fn",
         build=_ours(wrap.creation_fn),
         reason="rebuild subclasses with the opaque found in the flat args",
+        # its run-time plan places outer sizes and strides itself (the
+        # series fixes compute_outer_size_and_stride, which only it calls)
+        series=(
+            "0001 torch/_functorch/_aot_autograd/schemas.py::SubclassCreationMeta.creation_fn",
+            "0001 torch/_functorch/_aot_autograd/schemas.py"
+            "::SubclassCreationMeta.compute_outer_size_and_stride",
+        ),
         guarded_by=(
             "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
             "test/test_point_guards.py::TestOurRuntimeRuns::test_runs_our_creation_fn",
@@ -64,9 +70,15 @@ POINTS = [
     ),
     PatchPoint(
         name="aot.create_subclass_metadata",
-        target=f"{_SU}:create_subclass_metadata",
+        target="torch._functorch._aot_autograd.subclass_utils:create_subclass_metadata",
         build=_ours(flatten.create_subclass_metadata),
         reason="OpaqueMeta for reference opaques; clear errors for anything else",
+        series=(
+            "0001 torch/_functorch/_aot_autograd/subclass_utils.py::create_subclass_metadata",
+            "0001 torch/_library/opaque_object.py::classify_tensor_flatten_attr",
+            "0001 torch/_library/opaque_object.py::value_opaque_in_tensor_attrs_error",
+            "0001 torch/_library/opaque_object.py::unregistered_object_in_tensor_attrs_error",
+        ),
         guarded_by=(
             "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
             "test/test_point_guards.py::TestOurRuntimeRuns::test_runs_our_create_subclass_metadata",
@@ -75,11 +87,15 @@ POINTS = [
     ),
     PatchPoint(
         name="aot.unwrap_tensor_subclasses",
-        target=f"{_SU}:unwrap_tensor_subclasses",
+        target="torch._functorch._aot_autograd.subclass_utils:unwrap_tensor_subclasses",
         build=_ours(flatten.unwrap_tensor_subclasses),
         reason="opaques must enter the trace as FakeScriptObjects (graph inputs), "
         "else the graph returns the compile-time object",
-        rebinds=("torch._functorch.aot_autograd", f"{_AOT}.graph_capture_wrappers"),
+        rebinds=(
+            "torch._functorch.aot_autograd",
+            "torch._functorch._aot_autograd.graph_capture_wrappers",
+        ),
+        series=("0001 torch/_functorch/_aot_autograd/subclass_utils.py::unwrap_tensor_subclasses",),
         guarded_by=(
             "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_no_stale_compile_time_opaque_canary_cpu",
             "test/test_point_guards.py::TestOurRuntimeRuns::test_runs_our_unwrap_tensor_subclasses",
@@ -88,7 +104,8 @@ POINTS = [
     ),
     PatchPoint(
         name="aot.AOTDispatchSubclassWrapper.post_compile",
-        target=f"{_AOT}.runtime_wrappers:AOTDispatchSubclassWrapper.post_compile",
+        target="torch._functorch._aot_autograd.runtime_wrappers"
+        ":AOTDispatchSubclassWrapper.post_compile",
         build=call_wrapper.post_compile,
         reason="per-call unwrap/wrap decided once per compiled function "
         "(2.13 generates this wrapper's source)",
@@ -101,12 +118,13 @@ POINTS = [
     ),
     PatchPoint(
         name="aot.process_runtime_tangent",
-        target=f"{_AOT}.runtime_wrappers:AOTDispatchAutograd.process_runtime_tangent",
+        target="torch._functorch._aot_autograd.runtime_wrappers"
+        ":AOTDispatchAutograd.process_runtime_tangent",
         build=tangents.build,
-        reason="opaque attrs have no tangent; keep their slot (forced: our runtime's "
-        "tangent handling in place of 2.13's)",
-        # Not on 2.11: its process_runtime_tangent already passes a non-tensor
-        # attr through as its own leaf, which is all an opaque slot needs.
+        reason="forced: our runtime's tangent handling (opaque slots kept, no tangent) "
+        "runs in place of 2.13's",
+        series_none="forced mode only: 2.11's process_runtime_tangent already passes an "
+        "opaque slot through as one leaf, so the v2.11.0 series leaves it alone",
         guarded_by=(
             "test/test_point_guards.py::TestOurRuntimeRuns::test_runs_our_process_runtime_tangent",
         ),
@@ -114,7 +132,7 @@ POINTS = [
     ),
     PatchPoint(
         name="aot._backward_epilogue_functional",
-        target=f"{_AOT}.runtime_wrappers:_backward_epilogue_functional",
+        target="torch._functorch._aot_autograd.runtime_wrappers:_backward_epilogue_functional",
         build=grad_codegen.backward_epilogue,
         reason="grad subclass rebuild generated once per compiled backward "
         "(2.13 generates it too); torch's path for everything else",

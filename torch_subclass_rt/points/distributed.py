@@ -18,10 +18,6 @@ from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ._versions import ONLY_BACKPORT
 
-_TOOLS = "torch.distributed._tools"
-_FSDP_INIT = "torch.distributed.fsdp._init_utils"
-
-
 def _build_get_untyped_storages(original):
     """Replaces ``torch.distributed._tools.common_utils.get_untyped_storages``
     (torch 2.11.0).
@@ -91,10 +87,14 @@ def _build_sync_module_params_and_buffers(original):
 POINTS = [
     PatchPoint(
         name="distributed.get_untyped_storages",
-        target=f"{_TOOLS}.common_utils:get_untyped_storages",
+        target="torch.distributed._tools.common_utils:get_untyped_storages",
         build=_build_get_untyped_storages,
         reason="opaque attrs have no storage; 2.11 warned for each",
-        rebinds=(f"{_TOOLS}.mem_tracker", f"{_TOOLS}.sac_estimator"),
+        rebinds=(
+            "torch.distributed._tools.mem_tracker",
+            "torch.distributed._tools.sac_estimator",
+        ),
+        series=("0004 torch/distributed/_tools/common_utils.py::get_untyped_storages",),
         guarded_by=(
             "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_get_untyped_storages_with_opaque_attrs_cpu",
         ),
@@ -102,11 +102,15 @@ POINTS = [
     ),
     PatchPoint(
         name="distributed.fsdp_sync_module_params_and_buffers",
-        target=f"{_FSDP_INIT}:_sync_module_params_and_buffers",
+        target="torch.distributed.fsdp._init_utils:_sync_module_params_and_buffers",
+        series=("0004 torch/distributed/fsdp/_init_utils.py::_sync_module_params_and_buffers",),
         build=_build_sync_module_params_and_buffers,
         reason="FSDP sync_module_states: do not broadcast opaque attrs",
         guarded_by=(
             "test/test_point_guards.py::TestPointGuards::test_fsdp_sync_module_states_skips_opaque_attrs",
+            # the same case as the series' in-tree test (0009)
+            "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
+            "::test_fsdp_sync_module_states_skips_opaque_attrs_cpu",
         ),
         **ONLY_BACKPORT,
     ),

@@ -53,7 +53,6 @@ from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ._versions import ONLY_BACKPORT, RUNTIME
 
-_OO = "torch._library.opaque_object"
 
 # Note [Distributed opaque members]
 # The member lists and the guard are 2.13's (torch/distributed/device_mesh.py,
@@ -301,7 +300,7 @@ def unregistered_member_error(fake: Any, name: str) -> AttributeError | None:
         return None
     from ..runtime import errors
 
-    return errors.unregistered_opaque_member(type(real), name, sorted(info.members))
+    return errors.unregistered_opaque_member_error(type(real), name, sorted(info.members))
 
 
 #: torch's FakeScriptObject.__getattribute__, set when the point is built.
@@ -341,7 +340,19 @@ def _build_getattribute(original):
 POINTS = [
     PatchPoint(
         name="distributed_opaques._OPAQUE_TYPES",
-        target=f"{_OO}:_OPAQUE_TYPES",
+        target="torch._library.opaque_object:_OPAQUE_TYPES",
+        # the series registers both classes when torch.distributed.tensor is
+        # imported, past register_opaque_type's metaclass check
+        series=(
+            "0012 torch/distributed/device_mesh.py::_register_distributed_opaque_types",
+            "0012 torch/distributed/device_mesh.py::_distributed_opaque_types_registered",
+            "0012 torch/distributed/device_mesh.py::_DEVICE_MESH_MEMBERS",
+            "0012 torch/distributed/device_mesh.py::_PROCESS_GROUP_MEMBERS",
+            "0012 torch/distributed/device_mesh.py::_device_mesh_guard_fn",
+            "0012 torch/distributed/tensor/_api.py::<module>",
+            "0012 torch/_library/opaque_object.py::_register_opaque_type_info",
+            "0012 torch/_library/opaque_object.py::register_opaque_type",
+        ),
         build=_build_opaque_types,
         reason="register DeviceMesh / ProcessGroup as reference opaques (2.13's members and guard)",
         # infer_schema maps an annotation to its opaque type name through it
@@ -353,7 +364,8 @@ POINTS = [
     ),
     PatchPoint(
         name="distributed_opaques._OPAQUE_TYPES_BY_NAME",
-        target=f"{_OO}:_OPAQUE_TYPES_BY_NAME",
+        target="torch._library.opaque_object:_OPAQUE_TYPES_BY_NAME",
+        series=("0012 torch/_library/opaque_object.py::_register_opaque_type_info",),
         build=_build_opaque_types_by_name,
         reason="the same registration, looked up by type name (custom-op schemas, Dynamo)",
         guarded_by=(
@@ -364,6 +376,7 @@ POINTS = [
     PatchPoint(
         name="distributed_opaques.OpaqueBaseMeta.__instancecheck__",
         target="torch._opaque_base:OpaqueBaseMeta.__instancecheck__",
+        series=("0012 torch/_opaque_base.py::OpaqueBaseMeta.__instancecheck__",),
         build=_build_instancecheck,
         reason="isinstance(x, OpaqueBase) asks the registry (2.13), so a DeviceMesh is an opaque object",
         guarded_by=(
@@ -374,6 +387,12 @@ POINTS = [
     PatchPoint(
         name="distributed_opaques.VariableBuilder._wrap",
         target="torch._dynamo.variables.builder:VariableBuilder._wrap",
+        # the flag it reads is set by dynamo.VariableBuilder.wrap_tensor
+        series=(
+            "0012 torch/_dynamo/variables/builder.py::VariableBuilder._wrap",
+            "0012 torch/_dynamo/variables/builder.py::VariableBuilder._is_opaque_inner_attr",
+            "0012 torch/_dynamo/variables/builder.py::VariableBuilder.__init__",
+        ),
         build=_build_wrap,
         reason="a mesh / process group inner attr is an opaque graph input, not a DeviceMeshVariable constant",
         guarded_by=(
@@ -385,6 +404,10 @@ POINTS = [
     PatchPoint(
         name="distributed_opaques.FakeScriptObject.__getattribute__",
         target="torch._library.fake_class_registry:FakeScriptObject.__getattribute__",
+        series=(
+            "0012 torch/_library/fake_class_registry.py::FakeScriptObject.__getattribute__",
+            "0012 torch/_library/opaque_object.py::unregistered_opaque_member_error",
+        ),
         build=_build_getattribute,
         reason="an unregistered member read while tracing names the type, member and members={...}",
         guarded_by=(

@@ -23,7 +23,6 @@ from ..patching.source_edit import Edit, edited_function
 from .._torch_compat import is_opaque_attr
 from ._versions import ONLY_BACKPORT
 
-_BUILDER = "torch._dynamo.variables.builder"
 
 
 def _build_automatic_dynamic(original):
@@ -85,7 +84,7 @@ def _build_wrap_tensor(original):
                 """
                 for attr in attrs:
                     inner_value = getattr(value, attr)
-                    __tsrt__.check_flatten_attr(value, attr, inner_value)
+                    __tsrt__.check_tensor_flatten_attr(value, attr, inner_value)
                     inner_source = AttrSource(self.source, attr)
                     _tsrt_builder = VariableBuilder(self.tx, inner_source)
                     # an opaque attr: a registered DeviceMesh / ProcessGroup
@@ -271,7 +270,8 @@ def _apply_func_to_inner_tensors_of_same_dim(
 POINTS = [
     PatchPoint(
         name="dynamo._automatic_dynamic",
-        target=f"{_BUILDER}:_automatic_dynamic",
+        target="torch._dynamo.variables.builder:_automatic_dynamic",
+        series=("0003 torch/_dynamo/variables/builder.py::_automatic_dynamic",),
         build=_build_automatic_dynamic,
         reason="\"'Mesh' object has no attribute 'is_nested'\": recursed into opaque attrs",
         guarded_by=(
@@ -281,7 +281,14 @@ POINTS = [
     ),
     PatchPoint(
         name="dynamo.VariableBuilder.wrap_tensor",
-        target=f"{_BUILDER}:VariableBuilder.wrap_tensor",
+        target="torch._dynamo.variables.builder:VariableBuilder.wrap_tensor",
+        # 0012: its inner attrs are built as subclass inner attrs (the
+        # DeviceMesh / ProcessGroup path of distributed_opaques.py)
+        series=(
+            "0003 torch/_dynamo/variables/builder.py::VariableBuilder.wrap_tensor",
+            "0003 torch/_dynamo/variables/builder.py::_check_tensor_flatten_attr",
+            "0012 torch/_dynamo/variables/builder.py::VariableBuilder.wrap_tensor",
+        ),
         build=_build_wrap_tensor,
         reason="clear error for flatten attrs that are not tensors or reference opaques",
         guarded_by=(
@@ -292,6 +299,7 @@ POINTS = [
     PatchPoint(
         name="dynamo.TensorVariable.dynamic_getattr",
         target="torch._dynamo.variables.tensor:TensorVariable.dynamic_getattr",
+        series=("0003 torch/_dynamo/variables/tensor.py::TensorVariable.dynamic_getattr",),
         build=_build_dynamic_getattr,
         reason="reading an opaque attr off an intermediate subclass (y.mesh)",
         guarded_by=(
@@ -301,7 +309,8 @@ POINTS = [
     ),
     PatchPoint(
         name="dynamo.handle_traced_output",
-        target=f"{_BUILDER}:handle_traced_output",
+        target="torch._dynamo.variables.builder:handle_traced_output",
+        series=("0003 torch/_dynamo/variables/builder.py::handle_traced_output",),
         build=_build_handle_traced_output,
         reason="an op returning a FakeScriptObject graph-broke ('torch.* op returned non-Tensor')",
         guarded_by=(
@@ -312,6 +321,10 @@ POINTS = [
     PatchPoint(
         name="dynamo.PyCodegen.__call__",
         target="torch._dynamo.codegen:PyCodegen.__call__",
+        series=(
+            "0003 torch/_dynamo/codegen.py::PyCodegen.__call__",
+            "0008 torch/_dynamo/codegen.py::PyCodegen.__call__",
+        ),
         build=_build_codegen_call,
         reason="an opaque (TorchScriptObjectVariable) returned as a graph output",
         guarded_by=(
@@ -326,6 +339,7 @@ POINTS = [
     PatchPoint(
         name="dynamo._apply_func_to_inner_tensors_of_same_dim",
         target="torch._dynamo.decorators:_apply_func_to_inner_tensors_of_same_dim",
+        series=("0003 torch/_dynamo/decorators.py::_apply_func_to_inner_tensors_of_same_dim",),
         build=lambda _original: _apply_func_to_inner_tensors_of_same_dim,
         reason="mark_dynamic & co. called .dim() on opaque attrs",
         guarded_by=(

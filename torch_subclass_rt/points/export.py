@@ -18,9 +18,6 @@ from .._torch_compat import is_opaque_attr
 from ..patching.registry import PatchPoint
 from ._versions import ONLY_BACKPORT
 
-_NSU = "torch._export.non_strict_utils"
-
-
 class _OpaqueAttr:
     """Stands in for the context of an opaque attr until the parent strips it."""
 
@@ -64,7 +61,8 @@ def _build_create_symbolic_context_for_tensor(original):
 POINTS = [
     PatchPoint(
         name="export.create_symbolic_context_for_tensor",
-        target=f"{_NSU}:_create_symbolic_context_for_tensor",
+        target="torch._export.non_strict_utils:_create_symbolic_context_for_tensor",
+        series=("0004 torch/_export/non_strict_utils.py::_create_symbolic_context_for_tensor",),
         build=_build_create_symbolic_context_for_tensor,
         reason="non-strict export: no symbolic context for opaque attrs of a "
         "subclass input (2.11 reads .shape off them)",

@@ -20,8 +20,6 @@ from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ._versions import ONLY_BACKPORT
 
-_FT = "torch._subclasses.fake_tensor"
-_MU = "torch._subclasses.meta_utils"
 
 
 def _tensor_attrs(x: Any) -> list[Tensor] | None:
@@ -184,7 +182,8 @@ _IS_FAKE_IMPORTERS = (
 POINTS = [
     PatchPoint(
         name="fake.is_fake",
-        target=f"{_FT}:is_fake",
+        target="torch._subclasses.fake_tensor:is_fake",
+        series=("0002 torch/_subclasses/fake_tensor.py::is_fake",),
         build=_build_is_fake,
         reason="'got mixed fake and real tensors!' on a subclass with an opaque attr",
         rebinds=_IS_FAKE_IMPORTERS,
@@ -195,7 +194,8 @@ POINTS = [
     ),
     PatchPoint(
         name="fake.maybe_get_fake_mode",
-        target=f"{_FT}:maybe_get_fake_mode",
+        target="torch._subclasses.fake_tensor:maybe_get_fake_mode",
+        series=("0002 torch/_subclasses/fake_tensor.py::maybe_get_fake_mode",),
         build=_build_maybe_get_fake_mode,
         reason="'All fake tensor modes must be the same' on a subclass with an opaque attr",
         rebinds=("torch._dynamo.utils", "torch._dynamo.variables.builder"),
@@ -206,7 +206,13 @@ POINTS = [
     ),
     PatchPoint(
         name="fake.MetaTensorDescriber.describe_tensor",
-        target=f"{_MU}:MetaTensorDescriber.describe_tensor",
+        target="torch._subclasses.meta_utils:MetaTensorDescriber.describe_tensor",
+        # the series adds MetaTensorDesc.opaque_attrs; we keep them on the
+        # desc instance (points/_fake_opaque_attrs.py says why)
+        series=(
+            "0002 torch/_subclasses/meta_utils.py::MetaTensorDescriber.describe_tensor",
+            "0002 torch/_subclasses/meta_utils.py::MetaTensorDesc",
+        ),
         build=_build_describe_tensor,
         reason="describe only tensor attrs; keep opaque attrs on the desc",
         guarded_by=(
@@ -216,7 +222,8 @@ POINTS = [
     ),
     PatchPoint(
         name="fake.MetaConverter.meta_tensor",
-        target=f"{_MU}:MetaConverter.meta_tensor",
+        target="torch._subclasses.meta_utils:MetaConverter.meta_tensor",
+        series=("0002 torch/_subclasses/meta_utils.py::MetaConverter.meta_tensor",),
         build=_build_meta_tensor,
         reason="pass opaque attrs to __tensor_unflatten__; view replay of tensor attrs only",
         guarded_by=(

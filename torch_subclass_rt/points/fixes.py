@@ -120,6 +120,7 @@ POINTS = [
         build=_build_callable_value_opaque_getattr,
         reason="a callable value opaque on an intermediate subclass graph-broke on method access",
         upstream_fix="PR 188799 (issue 188796)",
+        series=("0010 torch/_dynamo/variables/tensor.py::TensorVariable.dynamic_getattr",),
         guarded_by=(
             "test/test_upstream_fixes.py::TestUpstreamFixes::test_tensor_subclass_with_callable_opaque_attr",
         ),
@@ -132,6 +133,9 @@ POINTS = [
         reason="a value opaque output next to a subclass output became a FakeScriptObject "
         "constant (None after an FX-graph-cache hit)",
         upstream_fix="PR 193190",
+        series_none="torch 2.11 with the backport (or the series) does not have this bug "
+        "(test/test_upstream_fixes.py: broken on 2.12.1, 2.13.0, 2.14.1), so the point "
+        "does not apply to 2.11.0 and the v2.11.0 series does not carry the fix",
         rebinds=(
             "torch._functorch.aot_autograd",
             "torch._functorch._aot_autograd.graph_capture_wrappers",

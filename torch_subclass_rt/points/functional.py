@@ -29,9 +29,6 @@ from .._torch_compat import is_opaque_attr
 from ..patching.registry import PatchPoint
 from ._versions import ONLY_BACKPORT
 
-_FU = "torch._functorch._aot_autograd.functional_utils"
-_AOT = "torch._functorch._aot_autograd"
-
 
 def _answer_for_opaques(neutral: Any):
     """build(): wraps ``torch._functorch._aot_autograd.functional_utils.<name>``
@@ -139,55 +136,72 @@ def sc_visit(t: Any, fn: Any, reduce_fn: Any, accum_init: Any) -> Any:
 
 
 def _neutral(
-    name: str, neutral: Any, reason: str, rebinds: tuple[str, ...], guarded_by: tuple[str, ...]
+    name: str,
+    neutral: Any,
+    reason: str,
+    rebinds: tuple[str, ...],
+    guarded_by: tuple[str, ...],
 ) -> PatchPoint:
     return PatchPoint(
         name=f"functional.{name}",
-        target=f"{_FU}:{name}",
+        target=f"torch._functorch._aot_autograd.functional_utils:{name}",
         build=_answer_for_opaques(neutral),
         reason=reason,
         rebinds=rebinds,
         guarded_by=guarded_by,
+        series=(f"0001 torch/_functorch/_aot_autograd/functional_utils.py::{name}",),
         **ONLY_BACKPORT,
     )
 
 
-_CMA = f"{_AOT}.collect_metadata_analysis"
-_GCW = f"{_AOT}.graph_capture_wrappers"
-_ROOT = "torch._functorch.aot_autograd"
-
 POINTS = [
     PatchPoint(
         name="functional.sc_visit",
-        target=f"{_GCW}:sc_visit",
+        target="torch._functorch._aot_autograd.graph_capture_wrappers:sc_visit",
         build=lambda _original: sc_visit,
         reason="mutation counters of a mutated subclass input read .elem of an opaque",
         guarded_by=(
             "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
             "::test_inplace_mutation_of_subclass_input_with_grad_cpu",
         ),
+        series=("0007 torch/_functorch/_aot_autograd/graph_capture_wrappers.py::sc_visit",),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
         name="functional.is_fun",
-        target=f"{_FU}:is_fun",
+        target="torch._functorch._aot_autograd.functional_utils:is_fun",
         build=_build_is_fun,
         reason="'mixed functional/non-functional inner tensors' on opaque attrs",
-        rebinds=(_ROOT, _GCW),
+        rebinds=(
+            "torch._functorch.aot_autograd",
+            "torch._functorch._aot_autograd.graph_capture_wrappers",
+        ),
         guarded_by=(
             "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
         ),
+        series=("0001 torch/_functorch/_aot_autograd/functional_utils.py::is_fun",),
         **ONLY_BACKPORT,
     ),
     _neutral(
         "sync_functional_tensor",
         None,
         "torch._sync() rejects an opaque (joint graph inner_fn)",
-        (_ROOT, _GCW),
+        (
+            "torch._functorch.aot_autograd",
+            "torch._functorch._aot_autograd.graph_capture_wrappers",
+        ),
         ("test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::"
          "test_tensor_subclass_with_opaque_attr_backward_cpu",),
     ),
-    _neutral("are_all_mutations_under_no_grad_or_inference_mode", True,
-             "2.11 asserts a FunctionalTensor (input mutated under no_grad)", (_ROOT, _CMA, _GCW),
-             ("test/test_point_guards.py::TestPointGuards::test_input_mutation_under_no_grad",)),
+    _neutral(
+        "are_all_mutations_under_no_grad_or_inference_mode",
+        True,
+        "2.11 asserts a FunctionalTensor (input mutated under no_grad)",
+        (
+            "torch._functorch.aot_autograd",
+            "torch._functorch._aot_autograd.collect_metadata_analysis",
+            "torch._functorch._aot_autograd.graph_capture_wrappers",
+        ),
+        ("test/test_point_guards.py::TestPointGuards::test_input_mutation_under_no_grad",),
+    ),
 ]

@@ -82,6 +82,12 @@ POINTS = [
         target="torch._dynamo.guards:GuardsStatePickler.reducer_override",
         build=_build_guards_state_reducer_override,
         reason="guard-state pickling unpacked NotImplemented for an opaque inner attr",
+        # the series stores the opaque itself and teaches the unpickler to
+        # take it; the point keeps 2.11's layout (see its builder)
+        series=(
+            "0008 torch/_dynamo/guards.py::GuardsStatePickler.reducer_override",
+            "0008 torch/_dynamo/guards.py::GuardsStatePickler._unpickle_traceable_wrapper_subclass",
+        ),
         guarded_by=(
             "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
             "::test_guard_pickle_subclass_with_opaque_inner_attr_cpu",
@@ -93,6 +99,7 @@ POINTS = [
         target="torch.fx.experimental.symbolic_shapes:ShapeEnv.produce_guards_verbose",
         build=_build_produce_guards_verbose,
         reason="KeyError on context.inner_contexts[attr] for an opaque attr",
+        series=("0002 torch/fx/experimental/symbolic_shapes.py::ShapeEnv.produce_guards_verbose",),
         guarded_by=(
             "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
         ),

@@ -48,6 +48,9 @@ POINTS = [
         target="torch._inductor.codecache:FxGraphCachePickler._reduce_fake_script_object",
         build=_build,
         reason="cache key names a reference opaque's type instead of pickling it",
+        series=(
+            "0005 torch/_inductor/codecache.py::FxGraphCachePickler._reduce_fake_script_object",
+        ),
         guarded_by=(
             "test/test_inductor_cache_key.py::TestInductorCacheKeyWithOpaque::test_unpicklable_reference_opaque_is_cached",
         ),

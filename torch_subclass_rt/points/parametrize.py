@@ -23,8 +23,6 @@ from ..runtime import errors
 from ..runtime.meta import OpaqueMeta
 from ._versions import ONLY_BACKPORT
 
-_SP = "torch._functorch._aot_autograd.subclass_parametrization"
-_PZ = "torch.nn.utils.parametrize"
 
 
 # --- UnwrapTensorSubclass ---------------------------------------------------
@@ -102,7 +100,7 @@ def _build_right_inverse(original):
                 val = getattr(tensor, attr)
                 if is_opaque_attr(val):
                     if not is_reference_opaque_type(type(val)):
-                        raise errors.value_opaque_in_tensor_attrs(
+                        raise errors.value_opaque_in_tensor_attrs_error(
                             type(val), tensor, attr, exc_type=ValueError
                         )
                     attr_to_meta[attr] = OpaqueMeta()
@@ -224,7 +222,12 @@ def _build_parametrization_list_right_inverse(original):
 POINTS = [
     PatchPoint(
         name="parametrize.UnwrapTensorSubclass.forward",
-        target=f"{_SP}:UnwrapTensorSubclass.forward",
+        target="torch._functorch._aot_autograd.subclass_parametrization"
+        ":UnwrapTensorSubclass.forward",
+        series=(
+            "0004 torch/_functorch/_aot_autograd/subclass_parametrization.py"
+            "::UnwrapTensorSubclass.forward",
+        ),
         build=_build_forward,
         reason="rebuild the subclass with its opaque attrs from the flat originals",
         guarded_by=(
@@ -234,7 +237,12 @@ POINTS = [
     ),
     PatchPoint(
         name="parametrize.UnwrapTensorSubclass.right_inverse",
-        target=f"{_SP}:UnwrapTensorSubclass.right_inverse",
+        target="torch._functorch._aot_autograd.subclass_parametrization"
+        ":UnwrapTensorSubclass.right_inverse",
+        series=(
+            "0004 torch/_functorch/_aot_autograd/subclass_parametrization.py"
+            "::UnwrapTensorSubclass.right_inverse",
+        ),
         build=_build_right_inverse,
         reason="OpaqueMeta for opaque attrs; the object is one flat original",
         guarded_by=(
@@ -244,7 +252,8 @@ POINTS = [
     ),
     PatchPoint(
         name="parametrize.ParametrizationList.__init__",
-        target=f"{_PZ}:ParametrizationList.__init__",
+        target="torch.nn.utils.parametrize:ParametrizationList.__init__",
+        series=("0004 torch/nn/utils/parametrize.py::ParametrizationList.__init__",),
         build=_build_parametrization_list_init,
         reason="store an opaque original as a plain attribute, not a parameter",
         guarded_by=(
@@ -254,7 +263,8 @@ POINTS = [
     ),
     PatchPoint(
         name="parametrize.ParametrizationList.right_inverse",
-        target=f"{_PZ}:ParametrizationList.right_inverse",
+        target="torch.nn.utils.parametrize:ParametrizationList.right_inverse",
+        series=("0004 torch/nn/utils/parametrize.py::ParametrizationList.right_inverse",),
         build=_build_parametrization_list_right_inverse,
         reason="assigning a subclass re-stores its opaque original as an attribute",
         guarded_by=(

@@ -20,8 +20,6 @@ from .._torch_compat import is_registered_opaque_type
 from ..patching.registry import PatchPoint
 from ._versions import ONLY_BACKPORT
 
-_PT = "torch.fx.experimental.proxy_tensor"
-_FCR = "torch._library.fake_class_registry"
 _NO_REAL_OBJ = object()
 #: tracer attribute holding id(real opaque) -> first proxy registered for it.
 #: Lives as long as the tracer (one trace), as do the real objects it names.
@@ -128,9 +126,10 @@ def _fake_script_object_init(original):
 POINTS = [
     PatchPoint(
         name="tracing.FakeScriptObject.__init__",
-        target=f"{_FCR}:FakeScriptObject.__init__",
+        target="torch._library.fake_class_registry:FakeScriptObject.__init__",
         build=_fake_script_object_init,
         reason="keep the caller's opaque as real_obj (no deepcopy), as 2.12 does",
+        series=("0001 torch/_library/fake_class_registry.py::FakeScriptObject.__init__",),
         guarded_by=(
             "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_shared_opaque_backward_cpu",
         ),
@@ -138,9 +137,13 @@ POINTS = [
     ),
     PatchPoint(
         name="tracing.set_proxy_slot",
-        target=f"{_PT}:set_proxy_slot",
+        target="torch.fx.experimental.proxy_tensor:set_proxy_slot",
         build=_wrap_set_proxy_slot,
         reason="wrappers of one real opaque share one proxy (one graph input)",
+        series=(
+            "0001 torch/fx/experimental/proxy_tensor.py::set_proxy_slot",
+            "0001 torch/fx/experimental/proxy_tensor.py::_registered_opaque_real_obj",
+        ),
         guarded_by=(
             "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_shared_opaque_backward_cpu",
         ),
@@ -148,9 +151,13 @@ POINTS = [
     ),
     PatchPoint(
         name="tracing.get_proxy_slot",
-        target=f"{_PT}:get_proxy_slot",
+        target="torch.fx.experimental.proxy_tensor:get_proxy_slot",
         build=_wrap_get_proxy_slot,
         reason="find the proxy of a fresh wrapper of an already-traced opaque",
+        series=(
+            "0001 torch/fx/experimental/proxy_tensor.py::get_proxy_slot",
+            "0001 torch/fx/experimental/proxy_tensor.py::_registered_opaque_real_obj",
+        ),
         rebinds=("torch._higher_order_ops.executorch_call_delegate", "torch.export._trace"),
         guarded_by=(
             "test/test_point_guards.py::TestPointGuards::test_dispatch_attached_handle_is_the_handle",

@@ -1,5 +1,8 @@
 """The user-facing errors of the runtime, worded in one place.
 
+Each function returns the exception (the caller raises it). The ones the
+series has too carry the same name there (``torch._library.opaque_object``
+in patches/v2.11.0, 0001 and 0012), so either form leads to the other.
 The patch series raises the same words from torch's own files (see Note
 [The runtime and the patch series are one change] in ``runtime``).
 """
@@ -14,7 +17,7 @@ def _type_name(obj: Any) -> str:
     return f"{t.__module__}.{t.__qualname__}"
 
 
-def value_opaque_in_tensor_attrs(
+def value_opaque_in_tensor_attrs_error(
     real_type: type, subclass: Any, attr: str, exc_type: type[Exception] = RuntimeError
 ) -> Exception:
     # The first two sentences are upstream's wording (torch >= 2.12), so
@@ -32,7 +35,7 @@ def value_opaque_in_tensor_attrs(
     )
 
 
-def unregistered_object_in_tensor_attrs(subclass: Any, attr: str, value: Any) -> TypeError:
+def unregistered_object_in_tensor_attrs_error(subclass: Any, attr: str, value: Any) -> TypeError:
     sub = type(subclass).__name__
     return TypeError(
         f"{sub}.__tensor_flatten__() lists {attr!r} as an inner attr, but "
@@ -54,7 +57,7 @@ def opaque_slot_mismatch(subclass_type: type | None, attr: str, got: Any) -> Ass
     )
 
 
-def unregistered_opaque_member(real_type: type, member: str, registered: list[str]) -> AttributeError:
+def unregistered_opaque_member_error(real_type: type, member: str, registered: list[str]) -> AttributeError:
     # Raised while tracing, where the opaque is a FakeScriptObject that only
     # carries the members its registration lists (torch >= 2.11).
     name = real_type.__name__

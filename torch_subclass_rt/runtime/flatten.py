@@ -45,7 +45,7 @@ from ._torch_names import aot
 from .meta import OpaqueMeta
 
 
-def classify_inner_attr(subclass: Any, attr: str, value: Any) -> str:
+def classify_tensor_flatten_attr(subclass: Any, attr: str, value: Any) -> str:
     """"tensor" or "opaque" for a value listed by ``__tensor_flatten__``.
 
     Raises the user-facing errors for anything else.
@@ -55,9 +55,9 @@ def classify_inner_attr(subclass: Any, attr: str, value: Any) -> str:
     if compat.is_opaque_attr(value):
         real_type = type(compat.unwrap_fake_opaque(value))
         if not compat.is_reference_opaque_type(real_type):
-            raise errors.value_opaque_in_tensor_attrs(real_type, subclass, attr)
+            raise errors.value_opaque_in_tensor_attrs_error(real_type, subclass, attr)
         return "opaque"
-    raise errors.unregistered_object_in_tensor_attrs(subclass, attr, value)
+    raise errors.unregistered_object_in_tensor_attrs_error(subclass, attr, value)
 
 
 def enumerate_filter_symints(lst: Sequence[Any]) -> list[tuple[int, SymInt]]:
@@ -121,7 +121,7 @@ def create_subclass_metadata(
     attrs: dict[str, Any] = {}
     for key in inner_keys:
         value = getattr(a, key)
-        if classify_inner_attr(a, key, value) == "opaque":
+        if classify_tensor_flatten_attr(a, key, value) == "opaque":
             attrs[key] = OpaqueMeta()
             next_idx += 1
         else:
@@ -147,46 +147,6 @@ def create_subclass_metadata(
         ),
         next_idx,
     )
-
-
-def create_subclass_meta(
-    curr_args: Sequence[Any],
-    *,
-    count_symints: bool = True,
-    with_memory_format: bool = False,
-) -> list[Any]:
-    """Our copy of ``subclass_utils.create_subclass_meta`` (torch 2.11.0 and
-    2.13.0, the same in both) over our :func:`create_subclass_metadata`.
-
-    Not installed: torch's own function calls ``create_subclass_metadata``
-    through its module global, which is ours once installed. This copy lets
-    the tests build our runtime's metadata directly, in any mode. Differs
-    only in leaving out torch's ``isinstance(a, Tensor)`` assert, which
-    ``is_traceable_wrapper_subclass`` implies.
-
-    One metadata entry per argument of a flat (outer) argument list.
-    """
-    names = aot()
-    idx = 0
-    infos: list[Any] = []
-    for a in curr_args:
-        if is_traceable_wrapper_subclass(a):
-            meta, _ = create_subclass_metadata(
-                a, idx, count_symints=count_symints, with_memory_format=with_memory_format
-            )
-            count = meta.arg_count
-        else:
-            # Plain args (tensors, symints, opaques passed directly) take one
-            # slot; here PlainTensorMeta records where it starts.
-            meta = names.PlainTensorMeta(
-                idx, memory_format=maybe_suggest_memory_format(a, with_memory_format)
-            )
-            count = 1
-        infos.append(meta)
-        idx += count
-    return infos
-
-
 
 
 def _fakeify_opaque(value: Any) -> Any:
