@@ -202,7 +202,8 @@ class TestInstall(InstallTestCase):
         self.assertTrue(st.active)
         self.assertEqual(st.points, tuple(p.name for p in points))
         for p in points:
-            self.assertTrue(p.upstream_fix.startswith("PR "), p.name)
+            # a merged PR, or an issue still open upstream (fixed here only)
+            self.assertRegex(p.upstream_fix, r"^(PR|issue) \d+", p.name)
             self.assertIn(VERSION, p.versions)
             self.assertTrue(p.guarded_by, p.name)
         # only fix points: native torch's own implementation stays in place

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Every patch point earns its place: drop it, and its ``guarded_by`` tests fail.
 
-For the running torch and a mode (``backport`` on 2.11, ``forced`` on 2.13),
+For the running torch and a mode (``backport`` on 2.11, ``forced`` on 2.13,
+``native+fixes`` on 2.12.1 / 2.13.0 / 2.14.1: the upstream-fix points),
 this tool
 
 1. checks that every test named in a point's ``guarded_by`` exists and passes
@@ -111,7 +112,9 @@ def default_mode(version: str) -> str:
     mode = os.environ.get("TSRT_MODE", "").strip()
     if mode:
         return mode
-    return Mode.BACKPORT if version in _torch_compat.BACKPORT_VERSIONS else Mode.FORCED
+    if version in _torch_compat.BACKPORT_VERSIONS:
+        return Mode.BACKPORT
+    return Mode.FORCED if version in _torch_compat.FORCED_VERSIONS else Mode.NATIVE_FIXES
 
 
 def points_for(version: str, mode: str) -> list:
@@ -304,7 +307,7 @@ def discover(points: Sequence, run: Runner, targets: Sequence[str],
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mode", help="backport or forced (default: TSRT_MODE, else by torch version)")
+    ap.add_argument("--mode", help="backport, forced or native+fixes (default: TSRT_MODE, else by torch version)")
     ap.add_argument("--point", action="append", default=[], help="ablate only this point (repeatable)")
     ap.add_argument("--group", action="append", default=[],
                     help="leave out every point whose name starts with GROUP. together")
@@ -321,8 +324,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     version = torch_version()
     mode = args.mode or default_mode(version)
-    if mode not in (Mode.BACKPORT, Mode.FORCED):
-        ap.error(f"mode {mode!r}: points are installed in 'backport' or 'forced' mode only")
+    if mode not in (Mode.BACKPORT, Mode.FORCED, Mode.NATIVE_FIXES):
+        ap.error(
+            f"mode {mode!r}: points are installed in 'backport', 'forced' or "
+            "'native+fixes' mode only"
+        )
     points = points_for(version, mode)
     if not points:
         ap.error(f"no patch points for torch {version} in mode {mode}")
