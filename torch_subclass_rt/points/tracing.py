@@ -146,6 +146,7 @@ POINTS = [
         ),
         guarded_by=(
             "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_shared_opaque_backward_cpu",
+            "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU::test_tangent_primal_proxy_collision_for_opaque_inner_attr_cpu",
         ),
         **ONLY_BACKPORT,
     ),
@@ -161,6 +162,7 @@ POINTS = [
         rebinds=("torch._higher_order_ops.executorch_call_delegate", "torch.export._trace"),
         guarded_by=(
             "test/test_point_guards.py::TestPointGuards::test_dispatch_attached_handle_is_the_handle",
+            "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU::test_tangent_primal_proxy_collision_for_opaque_inner_attr_cpu",
         ),
         **ONLY_BACKPORT,
     ),
