@@ -17,6 +17,7 @@ import sys
 import tempfile
 import textwrap
 import unittest
+import unittest.mock
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -258,6 +259,23 @@ class TestVerifyPatches(ToolTestCase):
         self.assertNotEqual(proc.returncode, 0, proc.stdout)
         self.assertIn("FAILED: verify_patches", proc.stderr)
         self.assertIn("suite in patched mode failed", proc.stderr)
+
+    def test_in_tree_test_never_accepts(self) -> None:
+        # With EXPECTTEST_ACCEPT=1 set by whoever runs verify_patches, the
+        # in-tree test's assertExpectedInline would rewrite the throwaway
+        # checkout and pass: the in-tree run must compare, as the suites do.
+        from tools import verify_patches
+
+        checkout = self.tmp / "checkout"
+        (checkout / "test").mkdir(parents=True)
+        (checkout / "test" / "test_env.py").write_text(
+            "import os, sys\n"
+            "sys.exit(3 if os.environ.get('EXPECTTEST_ACCEPT') else 0)\n"
+        )
+        log = self.tmp / "in-tree.log"
+        with unittest.mock.patch.dict(os.environ, {"EXPECTTEST_ACCEPT": "1"}):
+            rc = verify_patches.run_in_tree_test(checkout, self.tmp / "site", log, "test/test_env.py")
+        self.assertEqual(rc, 0, log.read_text())
 
 
 def _point(name: str, *tests: str, speed_only: str = ""):
