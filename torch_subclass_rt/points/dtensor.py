@@ -134,9 +134,14 @@ def _fake_eq(self, other):
     (a FakeScriptObject) with the target's, and its backward the forward's
     fake mesh with the tangent's (another fake of the same mesh); 2.11's
     identity made both "Cross device mesh comm not supported yet!"."""
+    from torch._library.fake_class_registry import FakeScriptObject
+
     if self is other:
         return True
-    return _unwrap_fake_mesh(self) == _unwrap_fake_mesh(other)
+    real, other_real = _unwrap_fake_mesh(self), _unwrap_fake_mesh(other)
+    if isinstance(real, FakeScriptObject) or isinstance(other_real, FakeScriptObject):
+        return False  # a fake without its real object: identity only
+    return real == other_real
 
 
 def _fake_hash(self):
