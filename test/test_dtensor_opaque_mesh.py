@@ -125,6 +125,17 @@ class TestDTensorOpaqueMesh(TestCase):
         self.assertEqual(hash(fake), hash(mesh))
         self.assertTrue(fake != _mesh("tp"))
 
+    def test_fake_without_real_object_compares(self, device):
+        # a FakeScriptObject whose real object is None (a torchbind fake
+        # built without one) must still compare: equal to itself, and no
+        # endless __eq__ recursion against another such fake
+        from torch._library.fake_class_registry import FakeScriptObject
+
+        a, b = (FakeScriptObject(object(), "x", None) for _ in range(2))
+        self.assertTrue(a == a)
+        a == b  # noqa: B015 - only must not raise (2.13: True, 2.11 series: False)
+        self.assertFalse(a == 1)
+
     def test_dtensor_input_fwd_bwd_aot_eager(self, device):
         self._fwd_bwd(device, "aot_eager")
 
