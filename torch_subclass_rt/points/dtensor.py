@@ -145,13 +145,15 @@ def _fake_eq(self, other):
 
 
 def _fake_hash(self):
-    """Added as ``FakeScriptObject.__hash__`` (torch 2.13): defining
-    ``__eq__`` would make the class unhashable; hash as the real object."""
-    real = _unwrap_fake_mesh(self)
-    try:
-        return hash(real)
-    except TypeError:
-        return id(real)
+    """Added as ``FakeScriptObject.__hash__``: defining ``__eq__`` would make
+    the class unhashable. Identity, unlike torch 2.13 (the real object's
+    hash): 2.11's proxy tracer keeps FakeScriptObjects in
+    ``script_object_tracker``, whose ``_WeakHashRef`` keys treat equal hashes
+    as the same object, so two fakes of one opaque (one per input sharing
+    it) would become one graph input. 2.13 tracks opaques by id
+    (``opaque_tracker``). Equal fakes hashing apart only costs cache misses
+    (DTensor's sharding-propagation cache), never a wrong hit."""
+    return object.__hash__(self)
 
 
 def _own_mesh_arg(tensor_vt: Any, mesh_vt: Any) -> bool:
@@ -246,7 +248,11 @@ POINTS = [
                     _GUARD + "test_fake_mesh_equals_its_mesh_cpu",
                 ),
             ),
-            ("__hash__", _fake_hash, (_GUARD + "test_fake_mesh_equals_its_mesh_cpu",)),
+            (
+                "__hash__",
+                _fake_hash,
+                (_GUARD + "test_fake_mesh_equals_its_mesh_cpu", _GUARD + "test_fakes_of_one_object_tracked_apart_cpu"),
+            ),
         )
     ),
 ]
