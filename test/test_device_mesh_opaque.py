@@ -300,7 +300,10 @@ class TestDeviceMeshOpaque(TestCase):
         # DeviceMesh registered by install() must not change how code
         # without opaque attrs compiles: 2.11's DTensor (mesh in the flatten
         # context; DTensor.from_local with a global mesh, which Dynamo keeps
-        # as a DeviceMeshVariable) forward + backward, as on stock torch
+        # as a DeviceMeshVariable) forward + backward, as on stock torch.
+        # With the series (patched) and on torch >= 2.12 the input's mesh
+        # is an inner attr, also when that mesh object is passed to
+        # redistribute (the series' TensorVariable.method_redistribute).
         from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
         mesh = _mesh("dp")

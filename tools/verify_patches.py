@@ -51,6 +51,9 @@ SUITES = (
     # no graph dumps: run in both modes for its assertions (DeviceMesh /
     # ProcessGroup registration and errors must agree)
     REPO_ROOT / "test" / "test_device_mesh_opaque.py",
+    # no graph dumps: DTensor's mesh as an inner attr, unconditional in the
+    # series (0014), install(dtensor=True) in backport mode
+    REPO_ROOT / "test" / "test_dtensor_opaque_mesh.py",
 )
 #: the series' own test files (each added by its last commits), run in-tree
 IN_TREE_TESTS = (
@@ -58,6 +61,7 @@ IN_TREE_TESTS = (
     "test/test_opaque_subclass_fixes.py",
     "test/test_opaque_subclass_parity.py",
     "test/test_device_mesh_opaque.py",
+    "test/test_dtensor_opaque_mesh.py",
 )
 
 # Runs the suite under pytest; the harness writes every graph dump it

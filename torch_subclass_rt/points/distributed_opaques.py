@@ -39,8 +39,13 @@ The points:
 
 Not ported: 2.13's ``reconstruct_fn`` for a submesh *derived* inside the
 traced code from a mesh input (needs 2.13's ``device_mesh::_get_submesh``
-custom op and the proxy tracer's reconstruct hook). A submesh that is itself
-the inner attr works like any mesh.
+custom op returning a DeviceMesh, the proxy tracer's reconstruct hook in
+``PythonKeyTracer.create_arg``, the ``reconstruct_fn`` field of
+``_OpaqueTypeInfo`` and ``FakeScriptObject.__getitem__``). On 2.11,
+``mesh["tp"]`` in dispatch is "TypeError: 'FakeScriptObject' object is not
+subscriptable"; ``x.mesh["tp"]`` under Dynamo keeps the compile-time
+submesh as a constant (test/test_device_mesh_derived_submesh.py records
+both). A submesh that is itself the inner attr works like any mesh.
 """
 
 from __future__ import annotations

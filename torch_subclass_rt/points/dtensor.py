@@ -16,10 +16,16 @@ piece lives in ``points/dynamo.py`` because its target is already edited
 there: ``dynamo.VariableBuilder.wrap_tensor``'s DTensor branch accepts this
 flatten's context (:func:`flatten_ctx_ok`).
 
-Not ported: passing the mesh to ``redistribute`` inside the compiled code
-(``x.redistribute(x.device_mesh, ...)``): 2.11's Dynamo needs the mesh as a
-Python constant there ("TorchScriptObjectVariable(FakeScriptObject) is
-self-referential"); ``x.redistribute(placements=...)`` keeps the mesh.
+``x.redistribute(x.device_mesh, placements)`` in the compiled code: 2.11's
+Dynamo (``TensorVariable.method_redistribute``) bakes every argument into
+the graph as a Python constant, and the mesh is now a graph input
+("TorchScriptObjectVariable(FakeScriptObject) is self-referential"; a
+global mesh that is also a DTensor input's mesh is that same input). 2.13
+traces ``redistribute`` itself. Here a mesh argument that is an opaque graph
+input equal to the tensor's own mesh is dropped (``device_mesh=None``:
+redistribute then uses the tensor's mesh, the caller's at run time), which
+is what DTensor does with it anyway: it only redistributes within one mesh,
+and both meshes are guarded (equal at run time as at compile time).
 
 On torch >= 2.13 DTensor flattens this way itself and ``dtensor=True`` adds
 nothing.
@@ -133,23 +139,71 @@ def _fake_eq(self, other):
     derives ``__ne__``). A traced DTensor's redistribute compares its mesh
     (a FakeScriptObject) with the target's, and its backward the forward's
     fake mesh with the tangent's (another fake of the same mesh); 2.11's
-    identity made both "Cross device mesh comm not supported yet!"."""
+    identity made both "Cross device mesh comm not supported yet!".
+
+    The hash stays identity: an ``__eq__`` set on an existing class keeps
+    the inherited ``__hash__`` (the series, which defines ``__eq__`` in the
+    class body, spells ``__hash__`` out). It must: 2.11's proxy tracer keeps
+    FakeScriptObjects in ``script_object_tracker``, whose ``_WeakHashRef``
+    keys take equal hashes for one object, and two fakes of one opaque (two
+    inputs sharing it) must stay two graph inputs (2.13 hashes a fake as its
+    object but tracks opaques by id). test_fakes_of_one_object_tracked_apart
+    checks it."""
+    from torch._library.fake_class_registry import FakeScriptObject
+
     if self is other:
         return True
-    return _unwrap_fake_mesh(self) == _unwrap_fake_mesh(other)
+    real, other_real = _unwrap_fake_mesh(self), _unwrap_fake_mesh(other)
+    if isinstance(real, FakeScriptObject) or isinstance(other_real, FakeScriptObject):
+        return False  # a fake without its real object: identity only
+    return real == other_real
 
 
-def _fake_hash(self):
-    """Added as ``FakeScriptObject.__hash__`` (torch 2.13): defining
-    ``__eq__`` would make the class unhashable; hash as the real object."""
-    real = _unwrap_fake_mesh(self)
-    try:
-        return hash(real)
-    except TypeError:
-        return id(real)
+def _own_mesh_arg(tensor_vt: Any, mesh_vt: Any) -> bool:
+    """Whether ``mesh_vt`` (a redistribute argument) is an opaque graph
+    input equal to the mesh of the DTensor ``tensor_vt`` is (at compile
+    time; both are guarded, so at run time too)."""
+    from torch._dynamo.variables.script_object import TorchScriptObjectVariable
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    mesh_vt = mesh_vt.realize()
+    if not isinstance(mesh_vt, TorchScriptObjectVariable) or not isinstance(mesh_vt.value, FakeScriptObject):
+        return False
+    example = tensor_vt.proxy.node.meta.get("example_value")
+    own = getattr(example, "device_mesh", None)
+    return own is not None and _unwrap_fake_mesh(own) == _unwrap_fake_mesh(mesh_vt.value)
+
+
+def _build_method_redistribute(original):
+    def method_redistribute(self, tx, *args, **kwargs):
+        """Wraps ``TensorVariable.method_redistribute`` (torch 2.11.0), which
+        turns every argument into a Python constant: a mesh argument that is
+        the DTensor's own (opaque, graph-input) mesh becomes ``None``, so the
+        traced redistribute uses the tensor's mesh. See the module docstring."""
+        from torch._dynamo.variables import ConstantVariable
+
+        if args and _own_mesh_arg(self, args[0]):
+            args = (ConstantVariable.create(None), *args[1:])
+        elif "device_mesh" in kwargs and _own_mesh_arg(self, kwargs["device_mesh"]):
+            kwargs = {**kwargs, "device_mesh": ConstantVariable.create(None)}
+        return original(self, tx, *args, **kwargs)
+
+    return method_redistribute
 
 
 POINTS = [
+    PatchPoint(
+        name="dtensor.TensorVariable.method_redistribute",
+        target="torch._dynamo.variables.tensor:TensorVariable.method_redistribute",
+        build=_build_method_redistribute,
+        reason="redistribute(x.device_mesh, ...) in compiled code: the opaque mesh input is the tensor's own",
+        group=GROUP,
+        guarded_by=(
+            _GUARD + "test_redistribute_own_mesh_aot_eager_cpu",
+            _GUARD + "test_redistribute_own_mesh_inductor_cpu",
+        ),
+        **ONLY_BACKPORT,
+    ),
     PatchPoint(
         name="dtensor.DTensor.__tensor_flatten__",
         target="torch.distributed.tensor._api:DTensor.__tensor_flatten__",
@@ -201,7 +255,6 @@ POINTS = [
                     _GUARD + "test_fake_mesh_equals_its_mesh_cpu",
                 ),
             ),
-            ("__hash__", _fake_hash, (_GUARD + "test_fake_mesh_equals_its_mesh_cpu",)),
         )
     ),
 ]
