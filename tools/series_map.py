@@ -55,10 +55,7 @@ from tools._common import ToolError, main_wrapper, series, series_dir  # noqa: E
 #: opt-in point groups whose points may say ``series_none`` although they
 #: apply to the series' torch version: the group's change is not in the
 #: series yet. Remove a group from here in the change that adds its patch.
-NOT_YET_IN_SERIES_GROUPS: Mapping[str, str] = {
-    "dtensor": "install(dtensor=True) (DTensor flattens its mesh as an inner attr, as "
-    "torch 2.13) has no patch in the series yet; its patch is being written",
-}
+NOT_YET_IN_SERIES_GROUPS: Mapping[str, str] = {}
 
 #: the only paths whose changes are mapped (the series' in-tree tests are not
 #: torch functions)

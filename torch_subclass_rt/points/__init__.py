@@ -42,6 +42,11 @@ SERIES_WITHOUT_POINT: dict[str, str] = {
     "0004 torch/_functorch/_aot_autograd/subclass_parametrization.py::SubclassCreationMeta": (
         "the type annotation of its attrs field admits OpaqueMeta; no behaviour"
     ),
+    "0014 torch/_library/fake_class_registry.py::FakeScriptObject.__hash__": (
+        "defining __eq__ in a class body sets __hash__ to None, so the series "
+        "restates the identity hash FakeScriptObject already has; the point adds "
+        "__eq__ to the existing class, which keeps that hash"
+    ),
 }
 
 

@@ -41,14 +41,6 @@ from ._versions import ONLY_BACKPORT
 #: the point group install(dtensor=True) adds
 GROUP = "dtensor"
 
-#: Every point of the group says, in ``series_none``, that its change is
-#: not in the v2.11.0 series yet; tools/series_map.py accepts that for this
-#: group only (``NOT_YET_IN_SERIES_GROUPS``), and the change that adds the
-#: group's patch names its entries in ``series`` and removes the group there.
-_NOT_IN_SERIES = (
-    "the opt-in DTensor flatten's patch is not part of the v2.11.0 series yet "
-    "(tools/series_map.py accepts that for this group only: NOT_YET_IN_SERIES_GROUPS)"
-)
 _GUARD = "test/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::"
 
 
@@ -197,6 +189,10 @@ POINTS = [
         target="torch._dynamo.variables.tensor:TensorVariable.method_redistribute",
         build=_build_method_redistribute,
         reason="redistribute(x.device_mesh, ...) in compiled code: the opaque mesh input is the tensor's own",
+        series=(
+            "0014 torch/_dynamo/variables/tensor.py::TensorVariable.method_redistribute",
+            "0014 torch/_dynamo/variables/tensor.py::TensorVariable._is_own_opaque_mesh",
+        ),
         group=GROUP,
         guarded_by=(
             _GUARD + "test_redistribute_own_mesh_aot_eager_cpu",
@@ -207,7 +203,7 @@ POINTS = [
     PatchPoint(
         name="dtensor.DTensor.__tensor_flatten__",
         target="torch.distributed.tensor._api:DTensor.__tensor_flatten__",
-        series_none=_NOT_IN_SERIES,
+        series=("0014 torch/distributed/tensor/_api.py::DTensor.__tensor_flatten__",),
         build=lambda _original: _tensor_flatten,
         reason="DTensor's mesh is an inner attr (an opaque graph input), as in torch 2.13",
         group=GROUP,
@@ -217,7 +213,7 @@ POINTS = [
     PatchPoint(
         name="dtensor.DTensor.__tensor_unflatten__",
         target="torch.distributed.tensor._api:DTensor.__tensor_unflatten__",
-        series_none=_NOT_IN_SERIES,
+        series=("0014 torch/distributed/tensor/_api.py::DTensor.__tensor_unflatten__",),
         build=lambda _original: staticmethod(_tensor_unflatten),
         reason="DTensor's spec is rebuilt around the mesh passed at run time, as in torch 2.13",
         group=GROUP,
@@ -227,7 +223,7 @@ POINTS = [
     PatchPoint(
         name="dtensor.DTensor.__coerce_same_metadata_as_tangent__",
         target="torch.distributed.tensor._api:DTensor.__coerce_same_metadata_as_tangent__",
-        series_none=_NOT_IN_SERIES,
+        series=("0014 torch/distributed/tensor/_api.py::DTensor.__coerce_same_metadata_as_tangent__",),
         build=lambda _original: _coerce_same_metadata_as_tangent,
         reason="a tangent's placements are read from the new flatten context",
         group=GROUP,
@@ -242,7 +238,10 @@ POINTS = [
             reason="fakes of one object compare equal (torch 2.13), as a traced DTensor's meshes must",
             new_attribute=True,
             group=GROUP,
-            series_none=_NOT_IN_SERIES,
+            series=(
+                f"0014 torch/_library/fake_class_registry.py::FakeScriptObject.{attr}",
+                "0014 torch/_library/fake_class_registry.py::maybe_unwrap_fake_script_object",
+            ),
             guarded_by=guarded_by,
             **ONLY_BACKPORT,
         )

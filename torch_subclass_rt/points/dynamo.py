@@ -288,6 +288,8 @@ POINTS = [
             "0003 torch/_dynamo/variables/builder.py::VariableBuilder.wrap_tensor",
             "0003 torch/_dynamo/variables/builder.py::_check_tensor_flatten_attr",
             "0012 torch/_dynamo/variables/builder.py::VariableBuilder.wrap_tensor",
+            # the DTensor branch's flatten-context check (_WRAP_TENSOR_DTENSOR_CTX)
+            "0014 torch/_dynamo/variables/builder.py::VariableBuilder.wrap_tensor",
         ),
         build=_build_wrap_tensor,
         reason="clear error for flatten attrs that are not tensors or reference opaques",
