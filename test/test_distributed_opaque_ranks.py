@@ -255,8 +255,27 @@ def _run(kind: str, backend: str) -> list[dict]:
         results.close()
 
 
+#: torch 2.12's AOTAutograd metadata check rejects a ProcessGroup among
+#: inner attrs ("expected Tensor or OpaqueBase"); 2.13 accepts it (the same
+#: native bug test_device_mesh_opaque.py documents single-process).
+_PG_BROKEN_NATIVE = harness.torch_major_minor() == (2, 12) and MODE in ("native", "native+fixes")
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param(
+            k,
+            marks=pytest.mark.xfail(
+                k == "process_group" and _PG_BROKEN_NATIVE,
+                reason="torch 2.12 rejects a ProcessGroup among inner attrs (native bug)",
+                strict=True,
+            ),
+        )
+        for k in KINDS
+    ],
+)
 def test_two_ranks_fwd_bwd(kind, backend):
     results = _run(kind, backend)
     assert [r["compiles"] for r in results] == [1] * WORLD
