@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .._torch_compat import is_reference_opaque_type
 from ._dynamo_opaque import (
-    check_tensor_flatten_attr,
+    _check_tensor_flatten_attr,
     check_tensor_or_opaque,
     is_opaque_attr,
     is_tensor_or_opaque,
@@ -28,7 +28,7 @@ __all__ = [
     "describe_flatten_attrs",
     "opaque_attrs_of",
     # dynamo / guards
-    "check_tensor_flatten_attr",
+    "_check_tensor_flatten_attr",
     "check_tensor_or_opaque",
     "is_opaque_attr",
     "is_tensor_or_opaque",

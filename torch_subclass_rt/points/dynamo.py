@@ -84,7 +84,7 @@ def _build_wrap_tensor(original):
                 """
                 for attr in attrs:
                     inner_value = getattr(value, attr)
-                    __tsrt__.check_tensor_flatten_attr(value, attr, inner_value)
+                    __tsrt__._check_tensor_flatten_attr(value, attr, inner_value)
                     inner_source = AttrSource(self.source, attr)
                     _tsrt_builder = VariableBuilder(self.tx, inner_source)
                     # an opaque attr: a registered DeviceMesh / ProcessGroup

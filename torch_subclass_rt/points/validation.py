@@ -16,7 +16,7 @@ import functools
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..patching.registry import PatchPoint
-from ._dynamo_opaque import check_tensor_flatten_attr
+from ._dynamo_opaque import _check_tensor_flatten_attr
 from ._versions import ONLY_FORCED
 
 
@@ -41,7 +41,7 @@ def _check_subclass(value) -> None:
     attrs, _ = value.__tensor_flatten__()
     for attr in attrs:
         inner = getattr(value, attr)
-        check_tensor_flatten_attr(value, attr, inner)
+        _check_tensor_flatten_attr(value, attr, inner)
         if is_traceable_wrapper_subclass(inner):
             _check_subclass(inner)
 
