@@ -15,6 +15,8 @@ Cases of ours (not upstream's):
 * ``is_fake`` / ``maybe_get_fake_mode`` on a subclass with no inner attrs,
   and ``is_fun``'s error for mixed functional inner tensors (torch's
   answers and words, not ours);
+* the outer strides of a dynamic 2-D ``TwoTensor`` output: stock 2.11's
+  (wrong) strides, not 2.13's;
 * the "we guessed its metadata incorrectly" error of the compiled backward,
   for a plain tangent where a subclass was expected, a subclass tangent with
   a different flatten context, and a nested subclass whose inner tangent is
@@ -145,6 +147,31 @@ class TestInstallIsTransparent(TestCase):
         self.assertEqual(installed[1][1], ref.a)
         self.assertEqual(installed[1][2], ref.b)
         self.assertEqual(installed[1][1:], stock[1][1:])
+
+    # ------------------------------------------------------------------
+    # outer strides of a dynamic subclass output
+
+    def test_dynamic_subclass_output_strides(self):
+        # Torch 2.11 rebuilds a dynamic subclass output with its symbolic
+        # strides read from the slots of its sizes (a 4 x 6 TwoTensor comes
+        # back with stride (4, 1)); 2.13 fixed it. Without an opaque,
+        # install() must give stock's answer, whichever it is, forward
+        # (generated wrapper) and backward (grad rebuild) alike.
+        def run():
+            torch._dynamo.reset()
+
+            @torch.compile(backend="aot_eager", dynamic=True)
+            def f(x):
+                return x.sin()
+
+            x = TwoTensor(torch.randn(4, 6), torch.randn(4, 6)).requires_grad_()
+            out = f(x)
+            out.backward(TwoTensor(torch.ones(4, 6), torch.ones(4, 6)))
+            return out.shape, out.stride(), x.grad.stride()
+
+        stock, installed = self.stock_and_installed(run)
+        self.assertEqual(stock[0], "returned", f"stock torch failed: {stock!r}")
+        self.assertEqual(installed, stock)
 
     # ------------------------------------------------------------------
     # tangent metadata errors of the compiled backward

@@ -24,18 +24,19 @@ ways it keeps the rule:
   opaques counts as this).
 
 A replacement for which neither can be said must be changed to delegate.
-Named exceptions, where install() deliberately differs from stock 2.11
-without opaques (each one torch itself changed later, so it is 2.13's
-behaviour):
+One named exception, where install() deliberately differs from stock 2.11
+without opaques (torch itself changed it later, so it is 2.13's
+behaviour): an inner attr that is neither a tensor nor a registered opaque
+gets, at trace time, an error naming the subclass and the attr (torch
+2.12's check) where torch 2.11 fails later inside fakeification.
 
-* ``wrap.compute_outer_size_and_stride`` (and the generated wrapper, which
-  rebuilds outputs the same way): torch 2.11 fills the dynamic *strides* of a
-  rebuilt subclass output from the slots of its sizes (a ``TwoTensor`` of
-  shape (3, 5) compiled with ``dynamic=True`` comes back with stride (3, 1));
-  install() gives the real strides, (5, 1), as torch 2.13 does;
-* an inner attr that is neither a tensor nor a registered opaque gets, at
-  trace time, an error naming the subclass and the attr (torch 2.12's
-  check) where torch 2.11 fails later inside fakeification.
+Not an exception: torch 2.11 fills the dynamic *strides* of a rebuilt
+subclass output from the slots of its sizes (a ``TwoTensor`` of shape
+(4, 6) compiled with ``dynamic=True`` comes back with stride (4, 1)); 2.13
+fixed it. Metadata without an opaque keeps 2.11's reading under install()
+(``plans._torch_symbolic_slots`` asks torch's own
+``compute_outer_size_and_stride``), metadata with one gets 2.13's, as the
+series has it.
 
 Checked by test/test_transparency.py (stock and installed in one process)
 and, on a user's own suite, by ``python -m torch_subclass_rt compare``.

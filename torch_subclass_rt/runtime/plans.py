@@ -92,14 +92,42 @@ def _build_wrap(meta: Any) -> WrapPlan:
             idx += 1
     n_size = len(_symbolic_positions(meta.outer_size))
     n_stride = len(_symbolic_positions(meta.outer_stride))
+    if _any_opaque(meta):
+        # 2.13's reading (the series' fix): sizes, then strides, after the
+        # inner slots
+        size_args = tuple(range(idx, idx + n_size))
+        stride_args = tuple(range(idx + n_size, idx + n_size + n_stride))
+    else:
+        size_args, stride_args = _torch_symbolic_slots(meta, idx)
     return WrapPlan(
         meta.original_subclass_type,
         meta.meta,
         tuple(attrs),
         meta.outer_size,
         meta.outer_stride,
-        tuple(range(idx, idx + n_size)),
-        tuple(range(idx + n_size, idx + n_size + n_stride)),
+        size_args,
+        stride_args,
+    )
+
+
+def _torch_symbolic_slots(meta: Any, idx: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The flat indices torch's own ``SubclassCreationMeta.compute_outer_size_and_stride``
+    reads the symbolic sizes and strides from, found by calling it once on
+    a list whose every entry is its own index.
+
+    Note [install() is transparent without opaques]: proven identical by
+    construction. Torch 2.11 reads symbolic strides from the sizes' slots (a
+    bug 2.13 fixed: a dynamic 2-D subclass output gets stride (s0, 1) for
+    (s1, 1)); a subclass without opaques keeps 2.11's result under
+    install(), as on stock 2.11, while metadata with an opaque (which stock
+    2.11 cannot compile at all) gets 2.13's reading, as the series has it.
+    """
+    sentinel = list(range(idx + 2 * (len(meta.outer_size) + len(meta.outer_stride)) + 1))
+    size, stride = meta.compute_outer_size_and_stride(sentinel, curr_start_idx=idx)
+    size, stride = tuple(size), tuple(stride)
+    return (
+        tuple(size[i] for i in _symbolic_positions(meta.outer_size)),
+        tuple(stride[i] for i in _symbolic_positions(meta.outer_stride)),
     )
 
 
@@ -141,9 +169,10 @@ def run_wrap(plan: WrapPlan, args: Any) -> Any:
     ``compute_outer_size_and_stride`` included.
 
     Differs from 2.11: an opaque slot is passed as is (like a plain
-    tensor's), and symbolic strides are read after the sizes, not from the
-    sizes' slots (the 2.13 behaviour; a named exception of Note [install()
-    is transparent without opaques]). Differs from 2.13: no per-call type
+    tensor's); for metadata with an opaque, symbolic strides are read after
+    the sizes, not from the sizes' slots (the 2.13 behaviour); without one,
+    from wherever torch's own ``compute_outer_size_and_stride`` reads them
+    (:func:`_torch_symbolic_slots`). Differs from 2.13: no per-call type
     check of tensor and opaque slots. See Note [Generated wrappers and the
     plans rebuild alike]: ``codegen._wrap_expr`` is its inline form."""
     inner = {

@@ -2,9 +2,10 @@
 
 ``creation_fn`` is installed as a method of torch's ``SubclassCreationMeta``;
 it reads only its public fields. At run time it follows a precomputed plan
-(``plans``), which places symbolic sizes and strides itself: torch's
-``compute_outer_size_and_stride`` (wrong for several dynamic strides on 2.11)
-is no longer called.
+(``plans``), which places symbolic sizes and strides itself: with an opaque
+attr as 2.13 does, without one in the slots torch's own
+``compute_outer_size_and_stride`` reads (wrong for dynamic strides on 2.11,
+and kept so: see ``plans._torch_symbolic_slots``).
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ def creation_fn(self: Any, all_args: Sequence[Any], *, is_runtime: bool) -> Tens
     graph this metadata describes.
     Note [install() is transparent without opaques]: identical at trace
     time (same rebuild, same ``_mirror_autograd_meta_to``); at run time
-    identical through ``plans.run_wrap`` but for the outer-stride fix (a
-    named exception). See Note [Opaque attrs in the flat argument list],
+    identical through ``plans.run_wrap``, which reads symbolic sizes and
+    strides where torch's own ``compute_outer_size_and_stride`` does for
+    metadata without an opaque (2.11's stride slots included). See Note [Opaque attrs in the flat argument list],
     Note [Generated wrappers and the plans rebuild alike] and Note [The
     runtime and the patch series are one change].
 
