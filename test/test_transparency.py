@@ -15,6 +15,8 @@ Cases of ours (not upstream's):
 * ``is_fake`` / ``maybe_get_fake_mode`` on a subclass with no inner attrs,
   and ``is_fun``'s error for mixed functional inner tensors (torch's
   answers and words, not ours);
+* a NestedTensor built inside the compiled function (its constructor calls
+  ``maybe_mark_dynamic``, which Dynamo skips: a graph break, not an error);
 * the outer strides of a dynamic 2-D ``TwoTensor`` output: stock 2.11's
   (wrong) strides, not 2.13's;
 * the "we guessed its metadata incorrectly" error of the compiled backward,
@@ -168,6 +170,36 @@ class TestInstallIsTransparent(TestCase):
             out = f(x)
             out.backward(TwoTensor(torch.ones(4, 6), torch.ones(4, 6)))
             return out.shape, out.stride(), x.grad.stride()
+
+        stock, installed = self.stock_and_installed(run)
+        self.assertEqual(stock[0], "returned", f"stock torch failed: {stock!r}")
+        self.assertEqual(installed, stock)
+
+    # ------------------------------------------------------------------
+    # a NestedTensor built while tracing calls maybe_mark_dynamic
+
+    def test_nested_tensor_built_while_tracing(self):
+        # NestedTensor.__init__ calls maybe_mark_dynamic, which calls
+        # _apply_func_to_inner_tensors_of_same_dim. Dynamo skips torch's
+        # (a graph break, then eager); ours must get the same trace rule,
+        # not be inlined (it once failed its assert: a hard error).
+        import torch.nn.functional as F
+
+        def run():
+            torch._dynamo.reset()
+            g = torch.Generator().manual_seed(0)
+            nt = torch.nested.nested_tensor(
+                [torch.randn(3, 3, 16, generator=g), torch.randn(5, 3, 16, generator=g)],
+                layout=torch.jagged,
+            )
+
+            @torch.compile(backend="aot_eager")
+            def f(nt):
+                q = nt.transpose(-3, -2)
+                return F.scaled_dot_product_attention(q, q, q).transpose(-3, -2)
+
+            out = f(nt)
+            return type(out), [t.clone() for t in out.unbind()]
 
         stock, installed = self.stock_and_installed(run)
         self.assertEqual(stock[0], "returned", f"stock torch failed: {stock!r}")

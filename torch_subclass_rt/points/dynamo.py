@@ -267,6 +267,19 @@ def _apply_func_to_inner_tensors_of_same_dim(
             func(inner, *args, **kwargs)
 
 
+
+def _build_apply_func_to_inner_tensors_of_same_dim(original: Any) -> Any:
+    """Installs :func:`_apply_func_to_inner_tensors_of_same_dim` so Dynamo
+    does not trace it, as it does not trace torch's (its file is under
+    ``torch/_dynamo``, which Dynamo's trace rules skip): reached while
+    tracing -- ``maybe_mark_dynamic`` in a NestedTensor built inside the
+    compiled function -- torch's graph-breaks. Ours lives outside torch and
+    would be inlined instead, failing on its first assert (a hard error where
+    stock falls back to eager). ``torch._dynamo.disable`` (this frame only)
+    gives the same graph break; called eagerly it runs unchanged.
+    """
+    return torch._dynamo.disable(_apply_func_to_inner_tensors_of_same_dim, recursive=False)
+
 POINTS = [
     PatchPoint(
         name="dynamo._automatic_dynamic",
@@ -342,7 +355,7 @@ POINTS = [
         name="dynamo._apply_func_to_inner_tensors_of_same_dim",
         target="torch._dynamo.decorators:_apply_func_to_inner_tensors_of_same_dim",
         series=("0003 torch/_dynamo/decorators.py::_apply_func_to_inner_tensors_of_same_dim",),
-        build=lambda _original: _apply_func_to_inner_tensors_of_same_dim,
+        build=_build_apply_func_to_inner_tensors_of_same_dim,
         reason="mark_dynamic & co. called .dim() on opaque attrs",
         guarded_by=(
             "test/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_mark_dynamic_cpu",
