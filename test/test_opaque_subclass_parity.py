@@ -630,38 +630,31 @@ class TestUpstreamOpaqueObjV2(TestCase):
     def test_opaque_constant_output_with_subclass_output_backend_inductor(self, device):
         self._opaque_constant_output_with_subclass_output("inductor")
 
-    def _benchmark_harness_no_pickle_for_opaque_inputs(self, device):
+    def test_benchmark_harness_no_pickle_for_opaque_inputs(self, device):
         # after upstream's test of the same name (upstream: GPU only; the
         # harness is generated on every device): the benchmark harness in
         # Inductor's output code builds example inputs for the graph's
         # inputs; an opaque inner attr of a subclass input is one, and it
         # must not be pickled into the code (a mesh holding a process group
-        # cannot be; upstream writes None for it).
-        from torch._inductor.utils import run_and_get_code
+        # cannot be; upstream writes None for it). 2.11 pickled it (point
+        # inductor.PythonWrapperCodegen.benchmark_compiled_module).
+        from torch._inductor import utils as inductor_utils
 
+        # a fresh cache: the FX graph cache would serve code generated before
+        fresh_cache = getattr(inductor_utils, "fresh_cache", None) or (
+            inductor_utils.fresh_inductor_cache
+        )
         torch._dynamo.reset()
         x = GridTensor(torch.randn(4, 4, device=device), Grid("x"))
         opt = torch.compile(lambda t: t + 1, backend="inductor", fullgraph=True)
-        out, codes = run_and_get_code(opt, x)
+        with fresh_cache():
+            out, codes = inductor_utils.run_and_get_code(opt, x)
         self.assertIs(out.grid, x.grid)
         self.assertEqual(out.data_, x.data_ + 1)
         self.assertGreater(len(codes), 0)
         for code in codes:
             self.assertIn("def benchmark_compiled_module", code)
             self.assertNotIn("pickle", code)
-
-    if MODE in ("backport", "patched"):
-        # parity gap: 2.11's PythonWrapperCodegen.benchmark_compiled_module
-        # pickles the real object of every opaque graph input into get_args()
-        # ("AssertionError: 'pickle' unexpectedly found in ...
-        # arg1_1 = pickle.loads(...)"); 2.13 writes None for it.
-        test_benchmark_harness_no_pickle_for_opaque_inputs = unittest.expectedFailure(
-            _benchmark_harness_no_pickle_for_opaque_inputs
-        )
-    else:
-        test_benchmark_harness_no_pickle_for_opaque_inputs = (
-            _benchmark_harness_no_pickle_for_opaque_inputs
-        )
 
 
 class TestKnownNativeLimitations(TestCase):
