@@ -421,6 +421,242 @@ class TestOpaqueSubclassParity(TestCase):
         self.assertEqual(broadcast[1], torch.zeros(3))
 
 
+class ScaleExt(Scale):
+    """A Python subclass of the registered value opaque ``Scale``, itself not
+    registered (upstream's test_value_type_subclass)."""
+
+    def __init__(self, factor, shift):
+        super().__init__(factor)
+        self.shift = shift
+
+    def __eq__(self, other):
+        return isinstance(other, ScaleExt) and (self.factor, self.shift) == (
+            other.factor, other.shift
+        )
+
+    def __hash__(self):
+        return hash((self.factor, self.shift))
+
+    def __fx_repr__(self):
+        return f"ScaleExt({self.factor!r}, {self.shift!r})", {"ScaleExt": ScaleExt}
+
+
+def _opaque_placeholders(gm):
+    """The placeholders of an AOT graph whose value is an opaque, not a tensor
+    or a symbol."""
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    return [
+        n for n in gm.graph.nodes
+        if n.op == "placeholder" and isinstance(n.meta.get("val"), FakeScriptObject)
+    ]
+
+
+class TestUpstreamOpaqueObjV2(TestCase):
+    """Our versions of upstream's test_opaque_obj_v2.py cases that touch
+    tensor subclasses (or subclasses of opaque types) and that no other suite
+    here mirrors (issue 8). Named after upstream's tests; parametrized ones
+    by backend as upstream's ``parametrize`` names them."""
+
+    def _compile(self, fn, backend="aot_eager"):
+        cnt = CompileCounterWithBackend(backend)
+        return torch.compile(fn, backend=cnt, fullgraph=True), cnt
+
+    def test_subclass_opaque_output_reuses_input_proxy(self, device):
+        # ours, from the upstream test's name (its text is in no stored copy
+        # we could read): a subclass output whose opaque inner attr is an
+        # input's returns that input's placeholder from the AOT forward
+        # graph, not a new node (get_attr constant, tangent, copy), so the
+        # runtime rebuilds the output with the caller's object.
+        from torch._dynamo.testing import AotEagerAndRecordGraphs
+
+        for requires_grad in (False, True):
+            torch._dynamo.reset()
+            backend = AotEagerAndRecordGraphs()
+            cnt = CompileCounterWithBackend(backend)
+            opt = torch.compile(lambda t: t * 2 + 1, backend=cnt, fullgraph=True)
+            x = _grid_tensor("x", requires_grad=requires_grad)
+            out = opt(x)
+            self.assertIs(out.grid, x.grid)
+            self.assertEqual(out.data_, x.data_ * 2 + 1)
+
+            (fw,) = backend.fw_graphs
+            (opaque_in,) = _opaque_placeholders(fw)
+            (output,) = [n for n in fw.graph.nodes if n.op == "output"]
+            flat_out = tree_leaves(output.args)
+            self.assertIn(opaque_in, flat_out, fw.code)
+            self.assertFalse(
+                [n for n in fw.graph.nodes if n.op == "get_attr"], fw.code
+            )
+            # every opaque the forward returns is that very placeholder
+            opaque_outs = [
+                n for n in flat_out
+                if n is not None and n.op != "output"
+                and not isinstance(n.meta.get("val"), (torch.Tensor, torch.SymInt))
+            ]
+            self.assertTrue(opaque_outs)
+            self.assertTrue(all(n is opaque_in for n in opaque_outs), fw.code)
+
+            x2 = _grid_tensor("x2", requires_grad=requires_grad)
+            out2 = opt(x2)
+            self.assertIs(out2.grid, x2.grid)
+            self.assertEqual(cnt.frame_count, 1)
+            if requires_grad:
+                out2.sum().backward()
+                self.assertIs(x2.grad.grid, x2.grid)
+                self.assertEqual(x2.grad.data_, torch.full((5,), 2.0))
+
+    def test_value_type_subclass(self, device):
+        # after upstream's test of the same name: a Python subclass of a
+        # registered value opaque type is itself a value opaque (torch >=
+        # 2.12 looks types up along the MRO). Here it is the value opaque in
+        # a tensor subclass's context and read inside the compiled function.
+        from torch._library import opaque_object
+
+        is_value = getattr(opaque_object, "is_opaque_value_type", None)
+        if harness.torch_major_minor() >= (2, 12):
+            self.assertTrue(opaque_object.is_opaque_type(ScaleExt))
+            self.assertTrue(is_value(ScaleExt))
+        else:
+            # a torch 2.12 registry feature, unrelated to subclasses: 2.11
+            # (with or without install()) matches registered types exactly
+            self.assertFalse(opaque_object.is_opaque_type(ScaleExt))
+
+        cfg = ScaleExt(3.0, 0.5)
+
+        def fn(t):
+            return t * t.scale.factor + cfg.factor
+
+        x = _grid_tensor("x", scale=ScaleExt(3.0, 0.5))
+        opt, cnt = self._compile(fn)
+        out = opt(x)
+        ref = fn(x)
+        self.assertIsInstance(out, GridTensor)
+        self.assertEqual(out.data_, ref.data_)
+        self.assertEqual(out.data_, x.data_ * 3.0 + 3.0)
+        self.assertIs(out.grid, x.grid)
+        self.assertEqual(out.scale, ScaleExt(3.0, 0.5))
+        x2 = _grid_tensor("x2", scale=ScaleExt(3.0, 0.5))
+        out2 = opt(x2)
+        self.assertIs(out2.grid, x2.grid)
+        self.assertEqual(cnt.frame_count, 1)
+
+    def _value_type_graph_output(self, backend):
+        # after upstream's test_value_type_graph_output: a value opaque made
+        # in the function is a graph output (no subclass involved: a torch
+        # 2.12 opaque feature; 2.11 + install() returns it too).
+        def fn(x):
+            return x * x, Scale(5.0)
+
+        x = torch.randn(3)
+        torch._dynamo.reset()
+        out, scale = torch.compile(fn, backend=backend, fullgraph=True)(x)
+        self.assertIs(type(scale), Scale)
+        self.assertEqual(scale, Scale(5.0))
+        self.assertEqual(out, x * x)
+
+    def test_value_type_graph_output_backend_eager(self, device):
+        self._value_type_graph_output("eager")
+
+    def test_value_type_graph_output_backend_aot_eager(self, device):
+        self._value_type_graph_output("aot_eager")
+
+    def test_value_type_graph_output_backend_inductor(self, device):
+        self._value_type_graph_output("inductor")
+
+    def _value_type_graph_output_capture_for_export(self):
+        # the second half of upstream's test_value_type_graph_output: the
+        # same function through Dynamo's graph capture for export.
+        from torch._dynamo.functional_export import _dynamo_graph_capture_for_export
+
+        def fn(x):
+            return x * x, Scale(5.0)
+
+        x = torch.randn(3)
+        gm = _dynamo_graph_capture_for_export(fn)(x)
+        out, scale = gm(x)
+        self.assertIs(type(scale), Scale)
+        self.assertEqual(scale, Scale(5.0))
+        self.assertEqual(out, x * x)
+
+    if MODE in ("backport", "patched"):
+        # Value opaques as graph outputs are torch 2.12 (PR 177560), not part
+        # of the subclass feature; install() carries them through
+        # torch.compile but not through _dynamo_graph_capture_for_export,
+        # whose generated code gets the object's repr as source:
+        # "SyntaxError: invalid syntax (<eval_with_key>.N, line 7)".
+        @unittest.expectedFailure
+        def test_value_type_graph_output_capture_for_export(self, device):
+            self._value_type_graph_output_capture_for_export()
+
+    else:
+
+        def test_value_type_graph_output_capture_for_export(self, device):
+            self._value_type_graph_output_capture_for_export()
+
+    def _opaque_constant_output_with_subclass_output(self, backend):
+        # after upstream's test of the same name: a value opaque made inside
+        # a module's forward is returned next to a subclass output of an
+        # autograd graph (a parameter and a subclass input that requires
+        # grad); it must come back as the object, not a FakeScriptObject.
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = torch.nn.Parameter(torch.randn(5))
+
+            def forward(self, x):
+                return x * self.w, Scale(6.0)
+
+        torch._dynamo.reset()
+        m = M()
+        x = _grid_tensor("x", requires_grad=True)
+        out, scale = torch.compile(m, backend=backend, fullgraph=True)(x)
+        # type(), not isinstance: a FakeScriptObject passes isinstance
+        self.assertIs(type(scale), Scale)
+        self.assertEqual(scale, Scale(6.0))
+        self.assertIsInstance(out, GridTensor)
+        self.assertIs(out.grid, x.grid)
+        self.assertEqual(out.data_, x.data_ * m.w.detach())
+
+    @harness.upstream_bug(
+        "PR 193190", broken_on=("2.12.1", "2.13.0"), fails_with=(AssertionError,)
+    )
+    def test_opaque_constant_output_with_subclass_output_backend_aot_eager(self, device):
+        self._opaque_constant_output_with_subclass_output("aot_eager")
+
+    @harness.upstream_bug(
+        "PR 193190", broken_on=("2.12.1", "2.13.0"), fails_with=(AssertionError,)
+    )
+    def test_opaque_constant_output_with_subclass_output_backend_inductor(self, device):
+        self._opaque_constant_output_with_subclass_output("inductor")
+
+    def test_benchmark_harness_no_pickle_for_opaque_inputs(self, device):
+        # after upstream's test of the same name (upstream: GPU only; the
+        # harness is generated on every device): the benchmark harness in
+        # Inductor's output code builds example inputs for the graph's
+        # inputs; an opaque inner attr of a subclass input is one, and it
+        # must not be pickled into the code (a mesh holding a process group
+        # cannot be; upstream writes None for it). 2.11 pickled it (point
+        # inductor.PythonWrapperCodegen.benchmark_compiled_module).
+        from torch._inductor import utils as inductor_utils
+
+        # a fresh cache: the FX graph cache would serve code generated before
+        fresh_cache = getattr(inductor_utils, "fresh_cache", None) or (
+            inductor_utils.fresh_inductor_cache
+        )
+        torch._dynamo.reset()
+        x = GridTensor(torch.randn(4, 4, device=device), Grid("x"))
+        opt = torch.compile(lambda t: t + 1, backend="inductor", fullgraph=True)
+        with fresh_cache():
+            out, codes = inductor_utils.run_and_get_code(opt, x)
+        self.assertIs(out.grid, x.grid)
+        self.assertEqual(out.data_, x.data_ + 1)
+        self.assertGreater(len(codes), 0)
+        for code in codes:
+            self.assertIn("def benchmark_compiled_module", code)
+            self.assertNotIn("pickle", code)
+
+
 class TestKnownNativeLimitations(TestCase):
     """Found by the differential suite (test/differential): native torch 2.13
     gets these wrong and the backport gets them right. Expected failures
@@ -456,6 +692,7 @@ class TestKnownNativeLimitations(TestCase):
 
 _GENERIC = TestOpaqueSubclassParity
 harness.instantiate_cpu_and_cuda(_GENERIC, globals())
+harness.instantiate_cpu_and_cuda(TestUpstreamOpaqueObjV2, globals())
 
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests
