@@ -368,6 +368,16 @@ _EXPORT_SERDE_TESTS = (
 )
 
 
+#: what the three export points of issue 179870 share: one fix, one set of
+#: releases, one test that guards each
+_EXPORT_SERDE_POINT = dict(
+    upstream_fix=_EXPORT_SERDE_FIX,
+    series_none=_EXPORT_SERDE_NO_SERIES,
+    guarded_by=_EXPORT_SERDE_TESTS,
+    **upstream_fix("2.12.1", "2.13.0", "2.14.1"),
+)
+
+
 POINTS = [
     PatchPoint(
         name="fix.TensorVariable.dynamic_getattr.callable_value_opaque",
@@ -407,29 +417,20 @@ POINTS = [
         build=_build_serialize_opaque_constant_input,
         reason="a value opaque passed to a graph node could not be serialized (2.12.1) "
         "or was left out of the saved archive (2.13.0, 2.14.1)",
-        upstream_fix=_EXPORT_SERDE_FIX,
-        series_none=_EXPORT_SERDE_NO_SERIES,
-        guarded_by=_EXPORT_SERDE_TESTS,
-        **upstream_fix("2.12.1", "2.13.0", "2.14.1"),
+        **_EXPORT_SERDE_POINT,
     ),
     PatchPoint(
         name="fix._package_exported_programs.opaque_constant",
         target="torch.export.pt2_archive._package:_package_exported_programs",
         build=_build_package_opaque_constants,
         reason="torch.export.save dropped the value opaques a graph passes to its nodes",
-        upstream_fix=_EXPORT_SERDE_FIX,
-        series_none=_EXPORT_SERDE_NO_SERIES,
-        guarded_by=_EXPORT_SERDE_TESTS,
-        **upstream_fix("2.12.1", "2.13.0", "2.14.1"),
+        **_EXPORT_SERDE_POINT,
     ),
     PatchPoint(
         name="fix._load_exported_programs.opaque_constant",
         target="torch.export.pt2_archive._package:_load_exported_programs",
         build=_build_load_opaque_constants,
         reason="torch.export.load could not read the value opaques saved by the point above",
-        upstream_fix=_EXPORT_SERDE_FIX,
-        series_none=_EXPORT_SERDE_NO_SERIES,
-        guarded_by=_EXPORT_SERDE_TESTS,
-        **upstream_fix("2.12.1", "2.13.0", "2.14.1"),
+        **_EXPORT_SERDE_POINT,
     ),
 ]
