@@ -3,25 +3,22 @@
 torch 2.13 registers DeviceMesh with a ``reconstruct_fn``: when make_fx
 meets a DeviceMesh it does not track (a submesh the traced code derived,
 ``mesh["tp"]``, from a mesh that is a graph input), its PythonKeyTracer
-(``_try_reconstruct_opaque``) emits ``device_mesh::_get_submesh(root, dims)``
-on the tracked root instead of baking the compile-time submesh into the
-graph. So each call's collectives run on a submesh of that call's mesh.
+emits ``device_mesh::_get_submesh(root, dims)`` on the tracked root instead
+of baking the compile-time submesh into the graph. So each call's
+collectives run on a submesh of that call's mesh.
 
-Not on torch 2.11 (backport or series): 2.11 has none of it (no
-``reconstruct_fn`` field in ``_OpaqueTypeInfo``, no hook in the proxy
-tracer's ``create_arg``, no ``_get_submesh`` op returning a DeviceMesh,
-no ``FakeScriptObject.__getitem__``). What happens there, recorded by the
-two tests below (strict xfail on 2.11, pass on 2.13 native and forced):
+torch 2.11 has none of it; ``install()`` adds it (points/derived_submesh.py).
+Without it, 2.11 fails or goes wrong in two ways, one per test below:
 
 * derived in ``__torch_dispatch__`` (the mesh is a FakeScriptObject):
   ``TypeError: 'FakeScriptObject' object is not subscriptable``;
 * derived in the compiled function (``x.mesh["tp"]``, under Dynamo): it
-  compiles, but Dynamo runs ``DeviceMesh.__getitem__`` at trace time and
-  keeps the resulting submesh as a constant, so a later call with another
-  (equal) root mesh runs its op on a submesh of the *first* call's root.
+  compiles, but the submesh AOTAutograd meets is a constant of the graph,
+  so a later call with another (equal) root mesh runs its op on a submesh
+  of the *first* call's root.
 
-A submesh that is itself the inner attr works (test_device_mesh_opaque.py,
-test_distributed_opaque_ranks.py).
+A submesh that is itself the inner attr works like any mesh
+(test_device_mesh_opaque.py, test_distributed_opaque_ranks.py).
 """
 
 from __future__ import annotations
@@ -35,13 +32,11 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.utils._pytree as pytree  # noqa: E402
 from torch._dynamo.test_case import TestCase  # noqa: E402
-from torch._dynamo.exc import BackendCompilerFailed  # noqa: E402
+from torch._dynamo.backends.common import aot_autograd  # noqa: E402
 from torch._dynamo.testing import CompileCounterWithBackend  # noqa: E402
 
 import torch.distributed.tensor  # noqa: E402,F401
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh  # noqa: E402
-
-_NOT_ON_211 = harness.torch_major_minor() < (2, 12)
 
 _recorded: list = []
 
@@ -77,6 +72,11 @@ class Rooted(torch.Tensor):
         self._local = local
         self.mesh = mesh
 
+    def __repr__(self):
+        # torch's Tensor.__repr__ would dispatch ops (and derive submeshes)
+        # on the fake tensors that AOTAutograd's logs print
+        return f"Rooted({self._local!r}, {self.mesh!r})"
+
     def __tensor_flatten__(self):
         return ["_local", "mesh"], None
 
@@ -110,47 +110,57 @@ class TestDerivedSubmesh(TestCase):
         Rooted.derive = False
         super().tearDown()
 
-    def _check(self, fn):
-        counter = CompileCounterWithBackend("aot_eager")
+    def _check(self, fn, x_grad=False):
+        graphs = []
+
+        def fw_compiler(gm, _inputs):
+            graphs.append(gm.code)
+            return gm
+
+        backend = aot_autograd(fw_compiler=fw_compiler, bw_compiler=lambda gm, _i: gm)
+        counter = CompileCounterWithBackend(backend)
         f = torch.compile(fn, backend=counter, fullgraph=True)
         for _ in range(2):
             root = _root()
             _recorded.clear()
-            f(Rooted(torch.ones(3), root))
-            self.assertEqual(len(_recorded), 1)
-            sub = _recorded[0]
-            self.assertEqual(sub.mesh_dim_names, ("tp",))
-            # a submesh of this call's root, not of the compile-time one
-            self.assertIs(sub._get_root_mesh(), root)
+            x = Rooted(torch.ones(3), root)
+            if x_grad:
+                x.requires_grad_()
+            out = f(x)
+            if x_grad:
+                first = out[0] if isinstance(out, tuple) else out
+                first.sum().backward()
+                self.assertIsInstance(x.grad, Rooted)
+                self.assertIs(x.grad.mesh, root)
+                self.assertEqual(x.grad._local, torch.full((3,), 2.0))
+            # forward (and, in dispatch, backward) ops ran on a submesh of
+            # this call's root, not of the compile-time one
+            self.assertGreaterEqual(len(_recorded), 1)
+            for sub in _recorded:
+                self.assertEqual(sub.mesh_dim_names, ("tp",))
+                self.assertIs(sub._get_root_mesh(), root)
         self.assertEqual(counter.frame_count, 1)
+        # derived from the mesh input (dims [1] of ("dp", "tp")), no constant
+        code = graphs[0]
+        self.assertIn("torch.ops.device_mesh._get_submesh(", code)
+        self.assertIn(", [1])", code)
+        self.assertNotIn("get_attr", code)
+        self.assertNotIn("_torchbind_obj", code)
 
-    @pytest.mark.xfail(
-        _NOT_ON_211, strict=True, raises=BackendCompilerFailed,
-        reason="torch 2.11 has no reconstruct_fn: TypeError: 'FakeScriptObject' object is not subscriptable",
-    )
     def test_submesh_derived_in_dispatch(self):
         Rooted.derive = True
-        # torch 2.13: the structured trace log of AOTAutograd's metadata
-        # (logged when a handler listens, as pytest's capture does) prints
-        # a tensor holding the submesh coordinate, an unbacked SymInt, and
-        # fails with GuardOnDataDependentSymNode; it is only a log record
-        from unittest import mock
+        self._check(lambda x: x * 2)
 
-        import torch._functorch._aot_autograd.graph_capture as graph_capture
-
-        try:
-            with mock.patch.object(graph_capture, "trace_structured", lambda *a, **k: None):
-                self._check(lambda x: x * 2)
-        except BackendCompilerFailed as e:
-            self.assertIn("'FakeScriptObject' object is not subscriptable", str(e))
-            raise
-
-    @pytest.mark.xfail(
-        _NOT_ON_211, strict=True, raises=AssertionError,
-        reason="torch 2.11 has no reconstruct_fn: Dynamo keeps the compile-time submesh as a constant",
-    )
     def test_submesh_derived_in_dynamo(self):
         self._check(lambda x: record(x._local * 2, x.mesh["tp"]))
+
+    def test_submesh_derived_in_dispatch_backward(self):
+        Rooted.derive = True
+        self._check(lambda x: x * 2, x_grad=True)
+
+    def test_submesh_derived_in_dynamo_backward(self):
+        # record has no autograd formula: it sees a detached copy
+        self._check(lambda x: (x * 2, record(x._local.detach(), x.mesh["tp"])), x_grad=True)
 
 
 if __name__ == "__main__":

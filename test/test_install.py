@@ -61,18 +61,34 @@ def _slots_of(points) -> dict[tuple[object, str], object]:
         except PatchError:
             continue  # a point for another torch release
         snap[(owner, attr)] = owner.__dict__.get(attr, _MISSING)
-        for mod_name in point.rebinds:
+        loaded = [m for m in point.rebinds_if_loaded if m in sys.modules]
+        for mod_name in (*point.rebinds, *loaded):
             try:
                 mod = importlib.import_module(mod_name)
             except ImportError:
                 continue  # a point for another torch release
             snap[(mod, attr)] = mod.__dict__.get(attr, _MISSING)
+        for slot in registry._default_slots(point, snap[(owner, attr)]) if point.default_args else ():
+            snap[(slot.owner, slot.attr, slot.key)] = slot.current()
     return snap
 
 
+def _held(key) -> object:
+    """What a slot key names holds now: ``owner.attr``, or one parameter
+    default ``(function, "__defaults__" | "__kwdefaults__", index | name)``."""
+    if len(key) == 3:
+        return getattr(key[0], key[1])[key[2]]
+    return key[0].__dict__.get(key[1], _MISSING)
+
+
+def _key(slot) -> tuple:
+    key = getattr(slot, "key", None)
+    return (slot.owner, slot.attr) if key is None else (slot.owner, slot.attr, key)
+
+
 def _describe(key) -> str:
-    owner, attr = key
-    return f"{getattr(owner, '__name__', owner)}.{attr}"
+    owner, attr, *default = key
+    return f"{getattr(owner, '__name__', owner)}.{attr}" + (f"[{default[0]!r}]" if default else "")
 
 
 class InstallTestCase(unittest.TestCase):
@@ -82,7 +98,7 @@ class InstallTestCase(unittest.TestCase):
         tsrt.uninstall()
 
     def assertSlotsHold(self, snapshot, msg=""):
-        now = {key: key[0].__dict__.get(key[1], _MISSING) for key in snapshot}
+        now = {key: _held(key) for key in snapshot}
         changed = [_describe(k) for k in snapshot if now[k] is not snapshot[k]]
         self.assertEqual(changed, [], f"not the very same objects: {msg}")
 
@@ -92,15 +108,15 @@ class TestInstall(InstallTestCase):
     def test_install_twice_same_status(self):
         st1 = _install_patching()
         replacements = {
-            (s.owner, s.attr): s.current() for a in tsrt._journal.applied for s in a.slots
+            _key(s): s.current() for a in tsrt._journal.applied for s in a.slots
         }
         st2 = _install_patching()
         self.assertEqual(st1, st2)
         self.assertEqual(st1.mode, PATCH_MODE)
         self.assertTrue(st1.points)
         # idempotent: the second install did not re-patch
-        for (owner, attr), obj in replacements.items():
-            self.assertIs(owner.__dict__.get(attr, _MISSING), obj, attr)
+        for key, obj in replacements.items():
+            self.assertIs(_held(key), obj, _describe(key))
 
     @needs_patching_torch
     def test_uninstall_restores_every_slot_identically(self):
@@ -110,15 +126,13 @@ class TestInstall(InstallTestCase):
 
         st = _install_patching()
         self.assertEqual(st.points, tuple(p.name for p in points))
-        journaled = {(s.owner, s.attr) for a in tsrt._journal.applied for s in a.slots}
+        journaled = {_key(s) for a in tsrt._journal.applied for s in a.slots}
         # every journaled slot was snapshotted, and every planned slot journaled
         self.assertEqual(
             sorted(map(_describe, journaled)), sorted(map(_describe, before))
         )
         for key in before:
-            self.assertIsNot(
-                key[0].__dict__.get(key[1], _MISSING), before[key], _describe(key)
-            )
+            self.assertIsNot(_held(key), before[key], _describe(key))
         for point in points:
             attr = point.attr_path[-1]
             for mod_name in point.rebinds:
@@ -396,6 +410,10 @@ class _Harmless:
         return "original static"
 
 
+def _takes_default(fn=_harmless_fn, *, kw_fn=_harmless_fn):
+    return fn(), kw_fn()
+
+
 class _LockedMeta(type):
     def __setattr__(cls, name, value):
         if name == "locked":
@@ -546,6 +564,52 @@ class TestRegistryTransaction(unittest.TestCase):
         p = self.good_points()[1]
         with self.assertRaisesRegex(PatchError, "patched twice"):
             registry.apply([p, p])
+        self.assertUntouched()
+
+    def test_default_args_round_trip(self):
+        # partition_fn=default_partition: a default bound when the def ran
+        point = _point(
+            "t.fn",
+            f"{self.mod}:_harmless_fn",
+            lambda orig: lambda: "patched " + orig(),
+            rebinds=(self.importer.__name__,),
+            default_args=(f"{self.mod}:_takes_default",),
+        )
+        journal = registry.apply([point])
+        try:
+            self.assertEqual(_takes_default(), ("patched original fn", "patched original fn"))
+        finally:
+            self.assertEqual(journal.revert(), [])
+        self.assertIs(_takes_default.__defaults__[0], self.originals["fn"])
+        self.assertIs(_takes_default.__kwdefaults__["kw_fn"], self.originals["fn"])
+        self.assertEqual(_takes_default(), ("original fn", "original fn"))
+        self.assertUntouched()
+
+    def test_rebinds_if_loaded(self):
+        point = _point(
+            "t.fn",
+            f"{self.mod}:_harmless_fn",
+            lambda orig: lambda: "patched " + orig(),
+            rebinds_if_loaded=(self.importer.__name__, "_tsrt_test_never_imported"),
+        )
+        journal = registry.apply([point])
+        try:
+            self.assertEqual(self.importer._harmless_fn(), "patched original fn")
+            self.assertNotIn("_tsrt_test_never_imported", sys.modules)
+        finally:
+            self.assertEqual(journal.revert(), [])
+        self.assertUntouched()
+
+    def test_stale_default_args_refused(self):
+        point = _point(
+            "t.fn",
+            f"{self.mod}:_harmless_fn",
+            lambda orig: lambda: "patched",
+            rebinds=(self.importer.__name__,),
+            default_args=(f"{self.mod}:_Harmless.method",),  # no such default
+        )
+        with self.assertRaisesRegex(PatchError, "default_args"):
+            registry.apply(self.good_points()[1:2] + [point])
         self.assertUntouched()
 
     def test_misspelled_subsystem_is_an_error(self):

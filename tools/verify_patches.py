@@ -62,6 +62,7 @@ IN_TREE_TESTS = (
     "test/test_opaque_subclass_parity.py",
     "test/test_device_mesh_opaque.py",
     "test/test_dtensor_opaque_mesh.py",
+    "test/test_device_mesh_derived_submesh.py",
 )
 
 # Runs the suite under pytest; the harness writes every graph dump it

@@ -61,6 +61,14 @@ class PatchPoint:
     reason: str
     #: modules that imported ``attr`` by name at module level
     rebinds: tuple[str, ...] = ()
+    #: the same, for modules too costly to import at install: rebound if
+    #: already imported (one imported while installed copies the
+    #: replacement itself, and Journal.revert puts the original back)
+    rebinds_if_loaded: tuple[str, ...] = ()
+    #: functions ("module:qualname") with a parameter default that is the
+    #: original (bound when the ``def`` ran, so rebinding module names does
+    #: not reach it: ``partition_fn=default_partition``)
+    default_args: tuple[str, ...] = ()
     #: the attribute does not exist on these versions and is added
     new_attribute: bool = False
     #: pytest node ids ("test/test_x.py::TestX::test_y") of the tests that
@@ -180,6 +188,56 @@ class _Slot:
 
 
 @dataclass
+class _DefaultSlot(_Slot):
+    """A parameter default of the function ``owner`` (``attr`` is
+    ``__defaults__`` or ``__kwdefaults__``; ``key`` the index or the name)."""
+
+    key: Any = None
+
+    def current(self) -> Any:
+        return getattr(self.owner, self.attr)[self.key]
+
+    def set(self, value: Any) -> None:
+        held = getattr(self.owner, self.attr)
+        if isinstance(held, dict):
+            setattr(self.owner, self.attr, {**held, self.key: value})
+        else:
+            setattr(self.owner, self.attr, held[: self.key] + (value,) + held[self.key + 1 :])
+
+    def restore(self) -> None:
+        self.set(self.original)
+
+    def describe(self) -> str:
+        return f"{self.owner.__module__}.{self.owner.__qualname__} default {self.key!r}"
+
+
+def _default_slots(point: PatchPoint, original: Any) -> list[_DefaultSlot]:
+    """The parameter defaults of ``point.default_args`` that hold ``original``."""
+    slots = []
+    for ref in point.default_args:
+        mod_name, _, qualname = ref.partition(":")
+        func = _import(mod_name)
+        for part in qualname.split("."):
+            func = getattr(func, part)
+        found = [
+            _DefaultSlot(func, "__defaults__", original, key=i)
+            for i, d in enumerate(func.__defaults__ or ())
+            if d is original
+        ] + [
+            _DefaultSlot(func, "__kwdefaults__", original, key=k)
+            for k, d in (func.__kwdefaults__ or {}).items()
+            if d is original
+        ]
+        if not found:
+            raise PatchError(
+                f"{point.name}: no parameter default of {ref} is the object at "
+                f"{point.target}; the default_args list no longer matches this torch"
+            )
+        slots.extend(found)
+    return slots
+
+
+@dataclass
 class _Applied:
     point: PatchPoint
     replacement: Any
@@ -219,6 +277,7 @@ class _Plan:
     original: Any
     replacement: Any
     rebind_modules: list[Any]
+    default_slots: list[_DefaultSlot]
 
 
 class Journal:
@@ -271,7 +330,8 @@ def plan(points: Sequence[PatchPoint]) -> list[_Plan]:
             raise PatchError(f"{point.name}: {point.target} is patched twice")
         owner, attr, original = _resolve(point)
         rebind_modules = []
-        for mod_name in point.rebinds:
+        loaded = [m for m in point.rebinds_if_loaded if m in sys.modules]
+        for mod_name in (*point.rebinds, *loaded):
             mod = _import(mod_name)
             held = mod.__dict__.get(attr, _MISSING)
             if held is not original:
@@ -294,7 +354,10 @@ def plan(points: Sequence[PatchPoint]) -> list[_Plan]:
             replacement = point.build(None if original is _MISSING else original)
         except Exception as e:
             raise PatchError(f"{point.name}: building the replacement failed: {e}") from e
-        plans.append(_Plan(point, owner, attr, original, replacement, rebind_modules))
+        if point.default_args and below is not None:
+            raise PatchError(f"{point.name}: default_args on a stacked point")
+        defaults = _default_slots(point, original)
+        plans.append(_Plan(point, owner, attr, original, replacement, rebind_modules, defaults))
         last[point.target] = plans[-1]
     return plans
 
@@ -311,9 +374,11 @@ def apply(
             for p in plans:
                 applied = _Applied(p.point, p.replacement)
                 journal.applied.append(applied)
-                slots = [_Slot(p.owner, p.attr, p.original)] + [
-                    _Slot(m, p.attr, m.__dict__[p.attr]) for m in p.rebind_modules
-                ]
+                slots = (
+                    [_Slot(p.owner, p.attr, p.original)]
+                    + [_Slot(m, p.attr, m.__dict__[p.attr]) for m in p.rebind_modules]
+                    + p.default_slots
+                )
                 for slot in slots:
                     applied.slots.append(slot)
                     slot.set(p.replacement)
@@ -344,10 +409,10 @@ def verify(journal: Journal) -> None:
     top: dict[tuple[int, str], Any] = {}
     for applied in journal.applied:
         for slot in applied.slots:
-            top[(id(slot.owner), slot.attr)] = applied.replacement
+            top[(id(slot.owner), slot.attr, getattr(slot, "key", None))] = applied.replacement
     for applied in journal.applied:
         for slot in applied.slots:
-            if slot.current() is not top[(id(slot.owner), slot.attr)]:
+            if slot.current() is not top[(id(slot.owner), slot.attr, getattr(slot, "key", None))]:
                 raise PatchError(
                     f"{applied.point.name}: {slot.describe()} does not hold the "
                     "replacement after install"

@@ -26,6 +26,7 @@ SUBSYSTEMS: tuple[str, ...] = (
     "parametrize",
     "distributed",
     "distributed_opaques",
+    "derived_submesh",
     "dtensor",  # opt-in group "dtensor" (install(dtensor=True))
     # last: a fix point may stack on a backport point of the same target
     "fixes",

@@ -19,6 +19,7 @@ from ._dynamo_opaque import (
     same_object,
 )
 from ._fake_opaque_attrs import attach, describe_flatten_attrs, opaque_attrs_of
+from .derived_submesh import is_opaque_node
 from .distributed_opaques import treat_as_opaque
 from .dtensor import flatten_ctx_ok
 
@@ -33,6 +34,8 @@ __all__ = [
     "is_opaque_attr",
     "is_tensor_or_opaque",
     "same_object",
+    # partitioners: default_partition
+    "is_opaque_node",
     # dynamo: VariableBuilder._wrap, VariableBuilder.wrap_tensor (DTensor branch)
     "treat_as_opaque",
     "flatten_ctx_ok",

@@ -37,15 +37,8 @@ The points:
   tracing names the type, the member and the ``members={...}`` registration
   instead of the generic "Tried to call __getattr__ ... on a FakeScriptObject".
 
-Not ported: 2.13's ``reconstruct_fn`` for a submesh *derived* inside the
-traced code from a mesh input (needs 2.13's ``device_mesh::_get_submesh``
-custom op returning a DeviceMesh, the proxy tracer's reconstruct hook in
-``PythonKeyTracer.create_arg``, the ``reconstruct_fn`` field of
-``_OpaqueTypeInfo`` and ``FakeScriptObject.__getitem__``). On 2.11,
-``mesh["tp"]`` in dispatch is "TypeError: 'FakeScriptObject' object is not
-subscriptable"; ``x.mesh["tp"]`` under Dynamo keeps the compile-time
-submesh as a constant (test/test_device_mesh_derived_submesh.py records
-both). A submesh that is itself the inner attr works like any mesh.
+A submesh *derived* in traced code from a mesh input (2.13's
+``reconstruct_fn``) is ``derived_submesh.py``.
 """
 
 from __future__ import annotations

@@ -36,6 +36,11 @@ def _real_obj(obj: Any) -> Any:
     return _NO_REAL_OBJ
 
 
+def real_obj_proxies(tracer: Any) -> dict[int, Any]:
+    """id(real opaque) -> its first proxy in this trace (the side map)."""
+    return tracer.__dict__.setdefault(_SIDE_MAP, {})
+
+
 def _wrap_set_proxy_slot(original):
     """build(): wraps ``torch.fx.experimental.proxy_tensor.set_proxy_slot``
     (torch 2.11.0). Differs from 2.11: a FakeScriptObject of a registered
@@ -50,8 +55,7 @@ def _wrap_set_proxy_slot(original):
             # First proxy wins (primals are registered before tangents), as
             # for symints: later wrappers of the same object reuse it, so the
             # forward never depends on a tangent placeholder.
-            side = tracer.__dict__.setdefault(_SIDE_MAP, {})
-            proxy = side.setdefault(id(real), proxy)
+            proxy = real_obj_proxies(tracer).setdefault(id(real), proxy)
         return original(obj, tracer, proxy)
 
     return set_proxy_slot

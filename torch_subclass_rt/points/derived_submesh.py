@@ -1,0 +1,292 @@
+"""A submesh derived inside traced code from a mesh graph input (torch 2.11).
+
+torch 2.13 registers ``DeviceMesh`` with a ``reconstruct_fn``: when make_fx
+meets a mesh it does not track (``mesh["tp"]`` computed by the traced code
+from a mesh that *is* a graph input), its ``PythonKeyTracer.create_arg``
+emits ``device_mesh::_get_submesh(ancestor, dims)`` on the tracked ancestor
+instead of baking the compile-time submesh into the graph as a constant. So
+every call's collectives run on a submesh of that call's mesh, and one
+graph serves equal meshes.
+
+torch 2.11 has none of the four pieces; this module gives them:
+
+* ``FakeScriptObject.__getitem__`` (new attribute): ``mesh["tp"]`` on the
+  fake a ``__torch_dispatch__`` sees while AOTAutograd traces; without it,
+  "TypeError: 'FakeScriptObject' object is not subscriptable".
+* :func:`reconstruct_fn`: the per-type reconstruction (2.11's
+  ``_OpaqueTypeInfo`` has no ``reconstruct_fn`` field; the series adds it,
+  so there it is looked up through the registration).
+* ``device_mesh::_get_submesh``: the op the reconstruction emits, defined on
+  first use (2.13 defines it in ``torch/distributed/_ops/device_mesh.py``).
+  2.11's ``infer_schema`` cannot spell an opaque *return*, so the schema is
+  written out; the C++ side accepts it since the type name is registered.
+  An operator definition is process-wide and stays after ``uninstall()``,
+  like the opaque type names ``distributed_opaques`` registers with the C++
+  side; without ``install()`` nothing emits it.
+* the tracer hook, ``PythonKeyTracer.create_arg``: an untracked opaque
+  with a reconstruction becomes a node on the tracked ancestor.
+* ``default_partition``: 2.11 asserts that every forward ``call_function``
+  node is a tensor ("Expected _get_submesh to be a tensor"); 2.13 sets an
+  opaque node aside as a saved value (``is_opaque_node``), which 2.11's
+  ``_extract_fwd_bwd_modules`` already orders after the tensors and drops
+  when the backward does not use it.
+
+Dynamo needs nothing more: ``__getitem__`` is an ``INLINED`` DeviceMesh
+member (Note [Distributed opaque members]), so ``x.mesh["tp"]`` in compiled
+code becomes a ``call_method`` node on the mesh input, which AOTAutograd
+traces through the ``__getitem__`` above and the hook.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..patching.registry import PatchPoint
+from ..patching.source_edit import Edit, edited_function
+from ._versions import ONLY_BACKPORT
+
+#: the Library that owns device_mesh::_get_submesh (kept alive: dropping it
+#: would deregister the op)
+_submesh_library: Any = None
+
+
+def _get_submesh_impl(mesh: Any, mesh_dims: list[int]) -> Any:
+    # the op's kernel and fake kernel alike (a fake mesh subscripts its real one)
+    names = mesh._mesh_dim_names
+    if names is None:
+        raise ValueError(f"Cannot slice mesh without dim names: {mesh}")
+    dim_names = tuple(names[i] for i in mesh_dims)
+    return mesh[dim_names[0]] if len(dim_names) == 1 else mesh[dim_names]
+
+
+def submesh_op() -> Any:
+    """``torch.ops.device_mesh._get_submesh.default``, defined if needed."""
+    global _submesh_library
+    import torch
+
+    if _submesh_library is None and not hasattr(torch.ops.device_mesh, "_get_submesh"):
+        from torch._library.opaque_object import get_opaque_obj_info
+        from torch.distributed.device_mesh import DeviceMesh
+
+        name = get_opaque_obj_info(DeviceMesh).class_name
+        lib = torch.library.Library("device_mesh", "FRAGMENT")
+        lib.define(f"_get_submesh({name} mesh, int[] mesh_dims) -> {name}")
+        lib.impl("_get_submesh", _get_submesh_impl, "CompositeExplicitAutograd")
+        torch.library.register_fake("device_mesh::_get_submesh", _get_submesh_impl, lib=lib)
+        _submesh_library = lib
+    return torch.ops.device_mesh._get_submesh.default
+
+
+def _reconstruct_submesh(mesh: Any, tracked_proxy: Callable[[Any], Any], tracked: Callable[[], Any]) -> Any:
+    """The proxy of ``mesh`` derived from a tracked ancestor, or None.
+
+    Mirrors torch 2.13's ``_device_mesh_reconstruct_fn``
+    (``torch/distributed/device_mesh.py``): the root mesh if it is tracked,
+    else any tracked mesh with the same root that has all of ``mesh``'s dim
+    names. A root mesh, or a mesh without dim names, is not derivable.
+    """
+    from torch.distributed.device_mesh import DeviceMesh
+
+    root = mesh._get_root_mesh()
+    names = mesh._mesh_dim_names
+    if mesh is root or names is None:
+        return None
+    ancestor, proxy = root, tracked_proxy(root)
+    if proxy is None:
+        for obj, obj_proxy in tracked():
+            if not isinstance(obj, DeviceMesh) or obj is mesh or obj._get_root_mesh() is not root:
+                continue
+            if obj._mesh_dim_names is not None and all(n in obj._mesh_dim_names for n in names):
+                ancestor, proxy = obj, obj_proxy
+                break
+    if proxy is None or ancestor._mesh_dim_names is None:
+        return None
+    dims = [ancestor._mesh_dim_names.index(n) for n in names]
+    submesh_op()
+    import torch
+
+    # called on the packet with a Proxy argument (Proxy.__torch_function__
+    # records the call), as 2.13 does: the same node target in the graph
+    return torch.ops.device_mesh._get_submesh(proxy, dims)
+
+
+def reconstruct_fn(cls: type) -> Callable[..., Any] | None:
+    """The reconstruction for instances of ``cls`` (2.13:
+    ``torch._library.opaque_object.get_reconstruct_fn``); only DeviceMesh
+    has one."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    return _reconstruct_submesh if issubclass(cls, DeviceMesh) else None
+
+
+def fake_getitem(self: Any, key: Any) -> Any:
+    """``FakeScriptObject.__getitem__``, absent on torch 2.11.0 (2.13 has
+    it, for DeviceMesh): subscripts the real object, so ``mesh["tp"]`` in a
+    ``__torch_dispatch__`` gives the compile-time submesh, which the proxy
+    tracer then derives from the mesh input (module docstring)."""
+    return object.__getattribute__(self, "real_obj")[key]
+
+
+def _try_reconstruct(tracer: Any, a: Any) -> Any:
+    """The node for an untracked opaque ``a`` derived from tracked graph
+    inputs, or None (torch 2.13: ``PythonKeyTracer._try_reconstruct_opaque``)."""
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    from .._torch_compat import is_registered_opaque_type
+    from .tracing import real_obj_proxies
+
+    if isinstance(a, FakeScriptObject):
+        real = object.__getattribute__(a, "__dict__").get("real_obj")
+    else:
+        real = a
+    if real is None or not is_registered_opaque_type(type(real)):
+        return None
+    fn = reconstruct_fn(type(real))
+    if fn is None:
+        return None
+    side = real_obj_proxies(tracer)
+
+    def tracked():
+        for obj, proxy in list(tracer.script_object_tracker.items()):
+            if isinstance(obj, FakeScriptObject):
+                yield object.__getattribute__(obj, "__dict__").get("real_obj"), proxy
+
+    def tracked_proxy(obj):
+        proxy = side.get(id(obj))
+        if proxy is not None:
+            return proxy
+        # an equal mesh wrapped in a tracked fake (2.13 compares too)
+        return next((p for o, p in tracked() if o is not None and o == obj), None)
+
+    result = fn(real, tracked_proxy, tracked)
+    if result is None:
+        return None
+    if "val" not in result.node.meta:
+        # a fake, as for an opaque graph input: the partitioner and the
+        # saved-for-backward machinery recognise opaques by it
+        from torch._guards import detect_fake_mode
+        from torch._library.fake_class_registry import maybe_to_fake_obj
+
+        fake = a if isinstance(a, FakeScriptObject) else maybe_to_fake_obj(detect_fake_mode(), real)
+        result.node.meta["val"] = fake
+    if isinstance(a, FakeScriptObject):
+        from torch.fx.experimental.proxy_tensor import set_proxy_slot
+
+        set_proxy_slot(a, tracer, result)
+    side.setdefault(id(real), result)
+    return result.node
+
+
+def _build_create_arg(original):
+    def create_arg(self, a):
+        """Wraps ``torch.fx.experimental.proxy_tensor.PythonKeyTracer.create_arg``
+        (torch 2.11.0). Differs from 2.11 as 2.13 does: an opaque the trace
+        does not track (a submesh the traced code derived from a mesh
+        input) becomes a node deriving it from the tracked input instead of
+        a constant. Note [install() is transparent without opaques]:
+        delegation (anything that is not a registered opaque with a
+        reconstruction goes to torch's create_arg)."""
+        node = _try_reconstruct(self, a)
+        return node if node is not None else original(self, a)
+
+    return create_arg
+
+
+def is_opaque_node(node: Any) -> bool:
+    """Whether an FX node's value is an opaque (2.13:
+    ``torch._functorch._aot_autograd.graph_compile.is_opaque_node``)."""
+    import torch
+    from torch._library.fake_class_registry import FakeScriptObject
+    from torch._library.opaque_object import is_opaque_value
+
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return isinstance(val, (torch.ScriptObject, FakeScriptObject)) or is_opaque_value(val)
+
+
+def _build_default_partition(original):
+    """``torch._functorch.partitioners.default_partition`` (torch 2.11.0)
+    with one edit. Differs from 2.11 as 2.13 does: a forward node whose
+    value is an opaque (a submesh derived in the forward) is a saved value
+    instead of failing "Expected ... to be a tensor". Note [install() is
+    transparent without opaques]: identical (torch's own source; the new
+    branch is taken only by a node that 2.11 rejects)."""
+    return edited_function(
+        original,
+        [
+            Edit(
+                """
+                if not is_tensor(node) and node.op == "call_function":
+                    raise AssertionError(f"Expected {node} to be a tensor")
+                """,
+                """
+                if __tsrt__.is_opaque_node(node):
+                    saved_values.append(node)
+                    continue
+                if not is_tensor(node) and node.op == "call_function":
+                    raise AssertionError(f"Expected {node} to be a tensor")
+                """,
+            ),
+        ],
+    )
+
+
+POINTS = [
+    PatchPoint(
+        name="derived_submesh.default_partition",
+        target="torch._functorch.partitioners:default_partition",
+        build=_build_default_partition,
+        reason="a forward node that is an opaque (a derived submesh) is saved, not 'Expected ... to be a tensor'",
+        rebinds=("torch._functorch.aot_autograd", "torch._functorch.compilers"),
+        # imports half of inductor (0.5 s); a later import while installed
+        # copies the replacement, which uninstall() puts back
+        rebinds_if_loaded=("torch._inductor.pattern_matcher",),
+        default_args=(
+            "torch._functorch.aot_autograd:aot_function",
+            "torch._functorch.aot_autograd:aot_module_simplified",
+            "torch._functorch.aot_autograd:aot_compile_joint_with_descriptors",
+        ),
+        series=(
+            "0016 torch/_functorch/partitioners.py::default_partition",
+            "0016 torch/_functorch/partitioners.py::is_opaque_node",
+        ),
+        guarded_by=(
+            "test/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dynamo_backward",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="derived_submesh.PythonKeyTracer.create_arg",
+        target="torch.fx.experimental.proxy_tensor:PythonKeyTracer.create_arg",
+        build=_build_create_arg,
+        reason="a submesh derived in traced code is derived from the mesh input (2.13's reconstruct_fn)",
+        series=(
+            "0016 torch/fx/experimental/proxy_tensor.py::PythonKeyTracer.create_arg",
+            "0016 torch/fx/experimental/proxy_tensor.py::PythonKeyTracer._try_reconstruct_opaque",
+            "0016 torch/_library/opaque_object.py::get_reconstruct_fn",
+            "0016 torch/_library/opaque_object.py::_OpaqueTypeInfo",
+            "0016 torch/_library/opaque_object.py::_register_opaque_type_info",
+            "0016 torch/distributed/device_mesh.py::_device_mesh_reconstruct_fn",
+            "0016 torch/distributed/device_mesh.py::_register_distributed_opaque_types",
+            "0016 torch/distributed/_ops/device_mesh.py::<module>",
+            "0016 torch/distributed/_ops/device_mesh.py::_DEVICE_MESH_TYPE",
+            "0016 torch/distributed/_ops/device_mesh.py::_get_submesh_impl",
+        ),
+        guarded_by=(
+            "test/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dynamo",
+            "test/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dispatch",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="derived_submesh.FakeScriptObject.__getitem__",
+        target="torch._library.fake_class_registry:FakeScriptObject.__getitem__",
+        build=lambda _original: fake_getitem,
+        reason="mesh['tp'] on the fake mesh a __torch_dispatch__ sees while tracing (2.13 has it)",
+        new_attribute=True,
+        series=("0016 torch/_library/fake_class_registry.py::FakeScriptObject.__getitem__",),
+        guarded_by=(
+            "test/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dispatch",
+        ),
+        **ONLY_BACKPORT,
+    ),
+]
