@@ -137,6 +137,37 @@ def _mark_dynamic(case, inputs):
             torch._dynamo.mark_dynamic(x, 0)
 
 
+class TorchLimitation(Exception):
+    """The case hits a limitation torch documents (and native 2.13 has too):
+    not a difference to report, not a valid example."""
+
+
+#: torch 2.11-2.14, AOTAutograd (aot_autograd.py): outputs aliasing one
+#: intermediate while any input or output is a subclass
+_ALIASED_OUTPUTS = "ANY output aliasing (even for regular tensors) is currently unsupported"
+
+
+def _outputs_alias_each_other(outs) -> bool:
+    storages = [
+        leaf.untyped_storage().data_ptr()
+        for o in outs
+        for leaf in _leaves(o)
+        if leaf.numel()
+    ]
+    return len(storages) != len(set(storages))
+
+
+def _first_compiled_call(run, eager):
+    try:
+        return run()
+    except Exception as e:
+        # only where the eager outputs do alias each other: then torch
+        # itself refuses the graph, with or without install()
+        if _ALIASED_OUTPUTS in str(e) and _outputs_alias_each_other(eager["outs"]):
+            raise TorchLimitation(_ALIASED_OUTPUTS) from e
+        raise
+
+
 def check_case(case: gen.Case, seed: int = 0) -> None:
     torch._dynamo.reset()
     fn = gen.compile_fn(case)
@@ -153,7 +184,9 @@ def check_case(case: gen.Case, seed: int = 0) -> None:
     objs = gen.make_opaques(case, "1")
     labels = _labels_of(objs)
     eager = _run(fn, case, data, objs, False, case.backward)
-    comp = _run(compiled_call, case, data, objs, False, case.backward)
+    comp = _first_compiled_call(
+        lambda: _run(compiled_call, case, data, objs, False, case.backward), eager
+    )
     _compare(case, eager, comp, labels, "first call")
     frames = cnt.frame_count
 
