@@ -96,10 +96,6 @@ class TestDifferentialOpaque(unittest.TestCase):
             ) from e
 
 
-@unittest.skipUnless(
-    MODE == "backport",
-    "transparency arm: stock vs install() on torch 2.11 (on >= 2.12 install() is native)",
-)
 class TestTorchLimitation(unittest.TestCase):
     """Only torch's own refusal of aliased outputs, for outputs that do
     alias, is set aside; any other error, or that message for outputs that
@@ -126,6 +122,10 @@ class TestTorchLimitation(unittest.TestCase):
             run_case._first_compiled_call(lambda: (_ for _ in ()).throw(ValueError("ours")), eager)
 
 
+@unittest.skipUnless(
+    MODE == "backport",
+    "transparency arm: stock vs install() on torch 2.11 (on >= 2.12 install() is native)",
+)
 class TestDifferentialTransparency(unittest.TestCase):
     @seed(SEED)
     @settings(**_SETTINGS)
