@@ -110,6 +110,14 @@ class TestMakeCheckout(ToolTestCase):
         self.assertEqual(git(ck, "rev-parse", "v9.9.0"), git(ck, "rev-parse", "HEAD"))
         self.assertEqual(_common.detect_version(ck), "9.9.0")
 
+    def test_bytecode_written_later_is_ignored(self) -> None:
+        ck = self.fake_checkout()
+        cache = ck / "torch" / "sub" / "__pycache__"
+        cache.mkdir()
+        (cache / "mod.cpython-311.pyc").write_bytes(b"pyc")
+        _common.git(ck, "add", "torch")
+        self.assertEqual(git(ck, "status", "--porcelain"), "")
+
     def test_base_commit_is_reproducible(self) -> None:
         root = make_fake_torch(self.tmp / "w")
         a, b = self.tmp / "a", self.tmp / "b"

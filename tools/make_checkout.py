@@ -71,6 +71,11 @@ def make_checkout(torch_root: Path, out: Path) -> tuple[str, str]:
     git(out, "config", "core.autocrlf", "false")
     git(out, "config", "user.name", "torch_subclass_rt tools")
     git(out, "config", "user.email", "tools@torch-subclass-rt.invalid")
+    # bytecode written while editing or running the checkout (py_compile,
+    # tests) must never enter a commit: `git add torch` once put six .pyc
+    # files into a series patch. Untracked, like PyTorch's own .gitignore entry.
+    (out / ".git" / "info").mkdir(parents=True, exist_ok=True)
+    (out / ".git" / "info" / "exclude").write_text("__pycache__/\n*.pyc\n")
     git(out, "add", "--all", "--", "version.txt", "torch")
     message = (
         f"PyTorch v{version} Python sources\n\n"
