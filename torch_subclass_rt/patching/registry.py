@@ -165,6 +165,10 @@ class _Slot:
     attr: str
     original: Any  # _MISSING if the attribute did not exist
 
+    def ident(self) -> tuple:
+        """Which place this is (two slots of stacked points share it)."""
+        return (id(self.owner), self.attr)
+
     def current(self) -> Any:
         return self.owner.__dict__.get(self.attr, _MISSING)
 
@@ -193,6 +197,9 @@ class _DefaultSlot(_Slot):
     ``__defaults__`` or ``__kwdefaults__``; ``key`` the index or the name)."""
 
     key: Any = None
+
+    def ident(self) -> tuple:
+        return (id(self.owner), self.attr, self.key)
 
     def current(self) -> Any:
         return getattr(self.owner, self.attr)[self.key]
@@ -406,13 +413,13 @@ def verify(journal: Journal) -> None:
     still holds a replaced module-level function under its name (a missing
     entry in a point's ``rebinds``)."""
     # a slot that stacked points share must hold the topmost replacement
-    top: dict[tuple[int, str], Any] = {}
+    top: dict[tuple, Any] = {}
     for applied in journal.applied:
         for slot in applied.slots:
-            top[(id(slot.owner), slot.attr, getattr(slot, "key", None))] = applied.replacement
+            top[slot.ident()] = applied.replacement
     for applied in journal.applied:
         for slot in applied.slots:
-            if slot.current() is not top[(id(slot.owner), slot.attr, getattr(slot, "key", None))]:
+            if slot.current() is not top[slot.ident()]:
                 raise PatchError(
                     f"{applied.point.name}: {slot.describe()} does not hold the "
                     "replacement after install"

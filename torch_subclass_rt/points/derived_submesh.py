@@ -60,7 +60,9 @@ def _get_submesh_impl(mesh: Any, mesh_dims: list[int]) -> Any:
 
 
 def submesh_op() -> Any:
-    """``torch.ops.device_mesh._get_submesh.default``, defined if needed."""
+    """``torch.ops.device_mesh._get_submesh`` (the packet), defined if
+    needed. Called on the packet with a Proxy argument, as 2.13 does, so the
+    graph's node target is the same."""
     global _submesh_library
     import torch
 
@@ -74,7 +76,7 @@ def submesh_op() -> Any:
         lib.impl("_get_submesh", _get_submesh_impl, "CompositeExplicitAutograd")
         torch.library.register_fake("device_mesh::_get_submesh", _get_submesh_impl, lib=lib)
         _submesh_library = lib
-    return torch.ops.device_mesh._get_submesh.default
+    return torch.ops.device_mesh._get_submesh
 
 
 def _reconstruct_submesh(mesh: Any, tracked_proxy: Callable[[Any], Any], tracked: Callable[[], Any]) -> Any:
@@ -102,12 +104,8 @@ def _reconstruct_submesh(mesh: Any, tracked_proxy: Callable[[Any], Any], tracked
     if proxy is None or ancestor._mesh_dim_names is None:
         return None
     dims = [ancestor._mesh_dim_names.index(n) for n in names]
-    submesh_op()
-    import torch
-
-    # called on the packet with a Proxy argument (Proxy.__torch_function__
-    # records the call), as 2.13 does: the same node target in the graph
-    return torch.ops.device_mesh._get_submesh(proxy, dims)
+    # a Proxy argument: Proxy.__torch_function__ records the call
+    return submesh_op()(proxy, dims)
 
 
 def reconstruct_fn(cls: type) -> Callable[..., Any] | None:
@@ -132,13 +130,10 @@ def _try_reconstruct(tracer: Any, a: Any) -> Any:
     inputs, or None (torch 2.13: ``PythonKeyTracer._try_reconstruct_opaque``)."""
     from torch._library.fake_class_registry import FakeScriptObject
 
-    from .._torch_compat import is_registered_opaque_type
+    from .._torch_compat import is_registered_opaque_type, unwrap_fake_opaque
     from .tracing import real_obj_proxies
 
-    if isinstance(a, FakeScriptObject):
-        real = object.__getattribute__(a, "__dict__").get("real_obj")
-    else:
-        real = a
+    real = unwrap_fake_opaque(a)
     if real is None or not is_registered_opaque_type(type(real)):
         return None
     fn = reconstruct_fn(type(real))
@@ -149,7 +144,7 @@ def _try_reconstruct(tracer: Any, a: Any) -> Any:
     def tracked():
         for obj, proxy in list(tracer.script_object_tracker.items()):
             if isinstance(obj, FakeScriptObject):
-                yield object.__getattribute__(obj, "__dict__").get("real_obj"), proxy
+                yield unwrap_fake_opaque(obj), proxy
 
     def tracked_proxy(obj):
         proxy = side.get(id(obj))
