@@ -10,10 +10,20 @@ another. The sessions share nothing (each has its own virtualenv, its own
 Inductor cache under ``.nox/<session>/tmp`` and, for the demo, free ports
 picked by the OS), so running them together changes no result.
 
+Installing and testing are two phases per session. Installs run one at a
+time (``nox --install-only``), each retried up to :data:`INSTALL_ATTEMPTS`
+times with pip told to resume broken downloads: the CUDA wheels of torch,
+triton and the nvidia libraries come to several GB per release, and one
+dropped connection must not fail a 25-minute matrix. One at a time, so a
+later session finds the wheels an earlier one put in pip's cache. A session's
+tests (``nox --no-install``, no network) start as soon as its install is done,
+while the next session installs.
+
 Sessions start longest first (the order of :data:`LONGEST_FIRST`, then the
 rest as ``nox --list`` gives them); each one's output goes to
-``.nox/matrix-logs/<session>.log`` and is printed whole when it ends, so
-logs never interleave. Exit status 1 if any session failed.
+``.nox/matrix-logs/<session>.log`` (its installs to ``<session>.install.log``)
+and is printed whole when it ends, so logs never interleave. Exit status 1
+if any session failed, to install or to test.
 """
 
 from __future__ import annotations
@@ -32,6 +42,16 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: sessions known to take longest (backport suite + ablation + series check)
 LONGEST_FIRST = ("tests(torch='2.11.0')", "tests(torch='2.13.0')")
+#: tries of one session's install before the session counts as failed
+INSTALL_ATTEMPTS = 4
+#: seconds before the second try; doubled before each later one
+INSTALL_BACKOFF_S = 30.0
+#: pip settings for installs, unless the environment sets them already:
+#: resume a download cut short (pip's default gives up after 5 resumes, which
+#: a 200 MB triton wheel on a flaky link can exhaust) and retry connections
+PIP_ENV = {"PIP_RESUME_RETRIES": "50", "PIP_RETRIES": "10"}
+#: the result code of a session whose install never succeeded
+INSTALL_FAILED = -1
 
 
 def default_sessions() -> list[str]:
@@ -45,12 +65,58 @@ def default_sessions() -> list[str]:
     return first + [s for s in listed if s not in first]
 
 
-def run_session(session: str, log_dir: Path, print_lock: threading.Lock) -> tuple[str, int, float]:
-    log = log_dir / (re.sub(r"[^A-Za-z0-9.]+", "-", session).strip("-") + ".log")
+def _log_path(log_dir: Path, session: str, suffix: str) -> Path:
+    return log_dir / (re.sub(r"[^A-Za-z0-9.]+", "-", session).strip("-") + suffix)
+
+
+def install_session(
+    session: str,
+    log_dir: Path,
+    print_lock: threading.Lock,
+    attempts: int = INSTALL_ATTEMPTS,
+    backoff_s: float = INSTALL_BACKOFF_S,
+    run=subprocess.run,
+    sleep=time.sleep,
+) -> bool:
+    """Create the session's virtualenv and install into it, retrying; True
+    once an attempt succeeds. Every attempt's output goes to one log, and the
+    log is printed whole if the last attempt fails."""
+    log = _log_path(log_dir, session, ".install.log")
+    env = {**PIP_ENV, **os.environ}
+    log.write_text("")
+    for attempt in range(1, attempts + 1):
+        start = time.monotonic()
+        with open(log, "a") as fh:
+            fh.write(f"----- install attempt {attempt}/{attempts}\n")
+            fh.flush()
+            rc = run(
+                [sys.executable, "-m", "nox", "-s", session, "--install-only"],
+                cwd=REPO_ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env,
+            ).returncode
+        took = time.monotonic() - start
+        with print_lock:
+            print(f"----- {session}: install attempt {attempt}/{attempts} "
+                  f"{'ok' if rc == 0 else f'failed (exit {rc})'} in {took / 60:.1f} min",
+                  flush=True)
+        if rc == 0:
+            return True
+        if attempt < attempts:
+            sleep(backoff_s * 2 ** (attempt - 1))
+    with print_lock:
+        print(f"===== {session}: install FAILED {attempts} times; log {log}", flush=True)
+        sys.stdout.write(log.read_text(errors="replace"))
+        sys.stdout.flush()
+    return False
+
+
+def run_session(session: str, log_dir: Path, print_lock: threading.Lock, run=subprocess.run) -> tuple[str, int, float]:
+    """Run the session's tests in the virtualenv its install phase made;
+    --no-install: nothing is fetched here."""
+    log = _log_path(log_dir, session, ".log")
     start = time.monotonic()
     with open(log, "w") as fh:
-        rc = subprocess.run(
-            [sys.executable, "-m", "nox", "-s", session],
+        rc = run(
+            [sys.executable, "-m", "nox", "-s", session, "--no-install"],
             cwd=REPO_ROOT, stdout=fh, stderr=subprocess.STDOUT,
         ).returncode
     took = time.monotonic() - start
@@ -73,13 +139,28 @@ def main(argv: list[str] | None = None) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
     start = time.monotonic()
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        results = list(pool.map(lambda s: run_session(s, log_dir, lock), sessions))
+    results = run_matrix(sessions, log_dir, lock, args.jobs)
     print(f"\nmatrix: {len(results)} sessions, {args.jobs} at a time, "
           f"{(time.monotonic() - start) / 60:.1f} min")
     for session, rc, took in results:
-        print(f"  {'ok    ' if rc == 0 else 'FAILED'} {session} ({took / 60:.1f} min)")
+        state = "ok    " if rc == 0 else "FAILED" if rc != INSTALL_FAILED else "NOT INSTALLED"
+        print(f"  {state} {session} ({took / 60:.1f} min)")
     return 0 if all(rc == 0 for _, rc, _ in results) else 1
+
+
+def run_matrix(
+    sessions: list[str], log_dir: Path, lock: threading.Lock, jobs: int,
+    install=install_session, test=run_session,
+) -> list[tuple[str, int, float]]:
+    """Install the sessions one after another; each one's tests go to a pool
+    of ``jobs`` workers as soon as its install is done. Results in the order
+    of ``sessions``."""
+    futures = {}
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for session in sessions:
+            if install(session, log_dir, lock):
+                futures[session] = pool.submit(test, session, log_dir, lock)
+    return [futures[s].result() if s in futures else (s, INSTALL_FAILED, 0.0) for s in sessions]
 
 
 if __name__ == "__main__":
