@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -94,9 +95,12 @@ def install_session(
                 cwd=REPO_ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env,
             ).returncode
         took = time.monotonic() - start
+        # a full disk reads like a network error in pip's output ("not
+        # enough bytes received"); say which it was
+        free = f"; {shutil.disk_usage(REPO_ROOT).free / 2**30:.1f} GiB free" if rc else ""
         with print_lock:
             print(f"----- {session}: install attempt {attempt}/{attempts} "
-                  f"{'ok' if rc == 0 else f'failed (exit {rc})'} in {took / 60:.1f} min",
+                  f"{'ok' if rc == 0 else f'failed (exit {rc})'} in {took / 60:.1f} min{free}",
                   flush=True)
         if rc == 0:
             return True
