@@ -72,6 +72,36 @@ def current_mode() -> Mode:
     return Mode(mode)
 
 
+# --------------------------------------------------------------------------
+# opaque members (torch >= 2.11)
+
+#: torch 2.10's opaque registration takes no ``guard_fn`` / ``members``
+#: (``tsrt.register_opaque`` refuses them there)
+HAS_OPAQUE_MEMBERS = _torch_compat.has_opaque_members()
+needs_opaque_members = __import__("unittest").skipUnless(
+    HAS_OPAQUE_MEMBERS,
+    f"reads an opaque's members in compiled code or relies on its guard_fn: "
+    f"torch {_torch_compat.torch_version()} has no opaque members (torch >= 2.11)",
+)
+
+
+def member_kwargs(guard_fn=None, **members: str) -> dict:
+    """``register_opaque`` keyword arguments for ``guard_fn`` and members
+    (``start="USE_REAL"``), or none on a torch without opaque members: the
+    type is registered plainly there, and the tests that read its members
+    carry :data:`needs_opaque_members`."""
+    if not HAS_OPAQUE_MEMBERS:
+        return {}
+    from torch._library.opaque_object import MemberType
+
+    kwargs: dict = {}
+    if guard_fn is not None:
+        kwargs["guard_fn"] = guard_fn
+    if members:
+        kwargs["members"] = {name: getattr(MemberType, kind) for name, kind in members.items()}
+    return kwargs
+
+
 def setup_mode() -> Mode:
     """Put torch into the mode under test; call at test-module import.
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unittest
+
 import harness
 
 MODE = harness.setup_mode()
@@ -42,6 +44,60 @@ class TestIsOpaqueAttr(TestCase):
 
         self.assertIs(_dynamo_opaque.is_opaque_attr, compat.is_opaque_attr)
         self.assertIs(dynamo.is_opaque_attr, compat.is_opaque_attr)
+
+
+class TestOpaqueBaseOn210(TestCase):
+    """torch 2.10 has no torch._opaque_base: tsrt.OpaqueBase is ours there
+    (Note [OpaqueBase on torch 2.10]); its instance check is testable on
+    any torch, the registration rules only on 2.10."""
+
+    def test_instance_check_sees_through_the_fake(self):
+        from torch._library.fake_class_registry import FakeScriptObject
+
+        from torch_subclass_rt._opaque_base import OpaqueBase
+
+        class Handle(OpaqueBase):
+            pass
+
+        h = Handle()
+        self.assertIsInstance(h, OpaqueBase)
+        self.assertIsInstance(FakeScriptObject(object(), "Handle", h), Handle)
+        # 2.10's own maybe_to_fake_obj makes fakes without a real object
+        self.assertNotIsInstance(FakeScriptObject(object(), "Handle", None), Handle)
+        self.assertNotIsInstance(FakeScriptObject(object(), "x", object()), OpaqueBase)
+        self.assertNotIsInstance(object(), OpaqueBase)
+
+    def test_base_is_this_torchs(self):
+        import torch_subclass_rt as tsrt
+        from torch_subclass_rt import _opaque_base
+
+        ours = harness.torch_major_minor() == (2, 10)
+        self.assertEqual(tsrt.OpaqueBase is _opaque_base.OpaqueBase, ours)
+        self.assertEqual(compat.has_opaque_members(), not ours)
+
+    @unittest.skipUnless(harness.torch_major_minor() == (2, 10), "torch 2.10's registration")
+    def test_registration_on_210(self):
+        import torch_subclass_rt as tsrt
+
+        class NotOpaqueBase:
+            pass
+
+        with self.assertRaisesRegex(TypeError, r"must subclass torch_subclass_rt.OpaqueBase.*class NotOpaqueBase\(tsrt.OpaqueBase\)"):
+            tsrt.register_opaque(NotOpaqueBase, typ="reference")
+
+        class WithMembers(tsrt.OpaqueBase):
+            start = 0
+
+        with self.assertRaisesRegex(TypeError, r"cannot take guard_fn, members.*torch 2.11.*Register without them"):
+            tsrt.register_opaque(WithMembers, typ="reference", guard_fn=lambda o: [o.start], members={})
+        self.assertFalse(compat.is_registered_opaque_type(WithMembers))
+        tsrt.register_opaque(WithMembers, typ="reference")
+        self.assertTrue(compat.is_reference_opaque_type(WithMembers))
+        with FakeTensorMode() as mode:
+            fake = maybe_to_fake_obj(mode, WithMembers())
+        # install() gave 2.10's maybe_to_fake_obj 2.11's real_obj
+        # (torch_2_11_base.maybe_to_fake_obj); without it the fake is of nothing
+        self.assertTrue(compat.is_opaque_attr(fake))
 
 
 if __name__ == "__main__":

@@ -274,15 +274,16 @@ class TestVersionGate(InstallTestCase):
         self.assertEqual(tsrt.status(), before_status)
         self.assertSlotsHold(before, f"refused install on {version}")
 
-    def test_refuses_torch_2_10(self):
-        self._assert_refused("2.10.0", False, _torch_compat.BACKPORT_VERSIONS)
-        self._assert_refused("2.10.0+cu128", True, _torch_compat.BACKPORT_VERSIONS)
+    def test_refuses_torch_2_9(self):
+        self._assert_refused("2.9.1", False, _torch_compat.BACKPORT_VERSIONS)
+        self._assert_refused("2.9.1+cu128", True, _torch_compat.BACKPORT_VERSIONS)
 
     def test_mode_per_release(self):
         choose = tsrt._choose_mode
         for version in _torch_compat.FIXES_VERSIONS:
             self.assertEqual(choose(version, False), "native+fixes", version)
         self.assertEqual(choose("2.99.0", False), "native")
+        self.assertEqual(choose("2.10.0", False), "backport")
         self.assertEqual(choose("2.11.0", False), "backport")
         for version in _torch_compat.FORCED_VERSIONS:
             self.assertEqual(choose(version, True), "forced", version)
@@ -308,7 +309,7 @@ class TestVersionGate(InstallTestCase):
     def test_refusal_leaves_an_installed_torch_installed(self):
         st = _install_patching()
         journal = tsrt._journal
-        self._assert_refused("2.10.0", False, _torch_compat.BACKPORT_VERSIONS)
+        self._assert_refused("2.9.1", False, _torch_compat.BACKPORT_VERSIONS)
         self.assertEqual(tsrt.status(), st)
         self.assertIs(tsrt._journal, journal)
 

@@ -30,7 +30,7 @@ from torch._dynamo.testing import (  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
 from torch._functorch import config as functorch_config  # noqa: E402
 from torch._inductor import config as inductor_config  # noqa: E402
-from torch._library.opaque_object import MemberType, get_opaque_type_name  # noqa: E402
+from torch._library.opaque_object import get_opaque_type_name  # noqa: E402
 from torch.utils._pytree import tree_leaves, tree_map_only  # noqa: E402
 
 import torch_subclass_rt as tsrt  # noqa: E402
@@ -72,6 +72,9 @@ class SizeStore(tsrt.OpaqueBase):
     def __hash__(self):
         return hash(self.size)
 
+    def __repr__(self):  # torch 2.10 prints value-type opaques with repr()
+        return self.__fx_repr__()[0]
+
     def __fx_repr__(self):
         return f"SizeStore(size={self.size!r})", {"SizeStore": SizeStore}
 
@@ -100,8 +103,9 @@ class PlainHandle:
 tsrt.register_opaque(
     Counter,
     typ="reference",
-    guard_fn=lambda obj: [obj.start],
-    members={"start": MemberType.USE_REAL, "get_start_tensor": MemberType.INLINED},
+    **harness.member_kwargs(
+        guard_fn=lambda obj: [obj.start], start="USE_REAL", get_start_tensor="INLINED"
+    ),
 )
 tsrt.register_opaque(SizeStore, typ="value")
 tsrt.register_opaque(Tag, typ="reference")
@@ -368,6 +372,11 @@ class TestOpaqueSubclassAttrs(TestCase):
         harness.assertExpectedGraphs(self, rec)
 
     # 2
+    @unittest.skipIf(
+        harness.torch_major_minor() == (2, 10),
+        "torch 2.10's compiled autograd cannot carry opaque objects: "
+        "test_compiled_autograd_refused_on_torch_2_10 checks its error",
+    )
     def test_tensor_subclass_opaque_backward_compiled_autograd(self, device):
         def fn(x):
             return x * 2
@@ -408,6 +417,28 @@ class TestOpaqueSubclassAttrs(TestCase):
 
         harness.assertExpectedGraphs(self, rec)
         harness.assertExpectedGraphs(self, ca_rec, prefix="compiled_autograd.")
+
+    @unittest.skipUnless(
+        harness.torch_major_minor() == (2, 10), "torch >= 2.11 runs it (case 2 above)"
+    )
+    def test_compiled_autograd_refused_on_torch_2_10(self, device):
+        # 2.10's compiled autograd has no slot for saved opaques: refused with
+        # an error naming the subclass and the way out, not a grad rebuilt
+        # from the wrong inputs (a tensor where the Counter belongs)
+        counter, size = Counter(start=5, end=10), SizeStore(4)
+        x = self.twc(device, counter, size)
+        out = torch.compile(lambda t: t * 2, backend="aot_eager", fullgraph=True)(x)
+        with self.assertRaisesRegex(RuntimeError, "compiled autograd cannot run") as cm:
+            with torch._dynamo.compiled_autograd._enable(torch.compile(backend="eager")):
+                out.sum().backward()
+        msg = str(cm.exception)
+        for needle in ("TensorWithCounter", "'_counter'", "Counter", "torch 2.10",
+                       "without compiled autograd", "torch >= 2.11"):
+            self.assertIn(needle, msg)
+        # the same backward without compiled autograd is fine
+        out = torch.compile(lambda t: t * 2, backend="aot_eager", fullgraph=True)(x)
+        out.sum().backward()
+        self.assertIs(x.grad._counter, counter)
 
     # 3
     def test_tensor_subclass_shared_opaque_remapping(self, device):

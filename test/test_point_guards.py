@@ -39,6 +39,9 @@ class Config(tsrt.OpaqueBase):
     def __hash__(self):
         return hash(self.n)
 
+    def __repr__(self):  # torch 2.10 prints value-type opaques with repr()
+        return self.__fx_repr__()[0]
+
     def __fx_repr__(self):
         return f"Config({self.n})", {"Config": Config}
 

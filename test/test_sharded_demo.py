@@ -22,6 +22,12 @@ import harness
 import pytest
 
 MODE = harness.setup_mode()
+#: DeviceMesh as an opaque inner attr builds on torch 2.11 (opaque members)
+NEEDS_DEVICE_MESH_OPAQUE = pytest.mark.skipif(
+    not harness.HAS_OPAQUE_MEMBERS,
+    reason="DeviceMesh as an opaque inner attr needs torch >= 2.11 (opaque members); "
+    "the demo's default --mesh handle runs here",
+)
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -87,6 +93,7 @@ def test_rank_error_in_compiled_step_fails_promptly():
     _no_children_left()
 
 
+@NEEDS_DEVICE_MESH_OPAQUE
 def test_two_rank_gloo_demo_device_mesh():
     # the ShardTensor holds a DeviceMesh itself (an opaque on torch >= 2.12,
     # and on 2.11 once install() ran), no handle; its dispatch reads the mesh
@@ -97,6 +104,7 @@ def test_two_rank_gloo_demo_device_mesh():
     _check_results(cfg, results)
 
 
+@NEEDS_DEVICE_MESH_OPAQUE
 @pytest.mark.skipif(MODE != "backport", reason="torch 2.11: DeviceMesh is an opaque only with install()")
 def test_device_mesh_refused_without_install():
     # mode "native" on 2.11 installs nothing: refused before any rank starts
@@ -106,6 +114,17 @@ def test_device_mesh_refused_without_install():
     _no_children_left()
 
 
+@pytest.mark.skipif(harness.HAS_OPAQUE_MEMBERS, reason="torch >= 2.11 runs the DeviceMesh demo")
+def test_device_mesh_refused_on_torch_2_10():
+    # the backport runs on 2.10, but DeviceMesh as an opaque does not: the
+    # demo says so (and what to use) before any rank starts
+    cfg = DemoConfig(mode=MODE, mesh="device_mesh")
+    with pytest.raises(DemoFailure, match="opaque members, which came with torch 2.11.*--mesh handle"):
+        run_ranks(cfg, timeout=DEMO_TIMEOUT)
+    _no_children_left()
+
+
+@NEEDS_DEVICE_MESH_OPAQUE
 def test_device_mesh_shard_reads_mesh_at_trace_time():
     # world-size-1 default group; a mesh that is not 1-D is refused by the
     # dispatch while tracing (it reads mesh.ndim / mesh.size() off the

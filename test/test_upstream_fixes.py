@@ -26,7 +26,6 @@ import torch  # noqa: E402
 import torch._dynamo.exc  # noqa: E402
 import torch.utils._pytree as pytree  # noqa: E402
 from torch._dynamo.test_case import TestCase  # noqa: E402
-from torch._library.opaque_object import MemberType  # noqa: E402
 
 import torch_subclass_rt as tsrt  # noqa: E402
 
@@ -44,6 +43,9 @@ class QuantConfig(tsrt.OpaqueBase):
 
     def __hash__(self) -> int:
         return hash(self.tag)
+
+    def __repr__(self):  # torch 2.10 prints value-type opaques with repr()
+        return self.__fx_repr__()[0]
 
     def __fx_repr__(self):
         return f"QuantConfig({self.tag!r})", {"QuantConfig": QuantConfig}
@@ -67,15 +69,18 @@ class Quantizer(tsrt.OpaqueBase):
     def __hash__(self) -> int:
         return hash(self.num_buffers)
 
+    def __repr__(self):  # torch 2.10 prints value-type opaques with repr()
+        return self.__fx_repr__()[0]
+
     def __fx_repr__(self):
         return f"Quantizer({self.num_buffers})", {"Quantizer": Quantizer}
 
 
 # Members are declared: torch 2.11 only lets Dynamo read members of a value
 # opaque that are registered (2.12 reads any).
-tsrt.register_opaque(QuantConfig, typ="value", members={"tag": MemberType.USE_REAL})
+tsrt.register_opaque(QuantConfig, typ="value", **harness.member_kwargs(tag="USE_REAL"))
 tsrt.register_opaque(
-    Quantizer, typ="value", members={"get_num_buffers": MemberType.USE_REAL}
+    Quantizer, typ="value", **harness.member_kwargs(get_num_buffers="USE_REAL")
 )
 
 
@@ -194,6 +199,7 @@ class TestUpstreamFixes(TestCase):
         "PR 188799 (issue 188796)", broken_on=("2.11.0", "2.12.1", "2.13.0", "2.14.1"),
         fails_with=(torch._dynamo.exc.Unsupported,),
     )
+    @harness.needs_opaque_members
     def test_tensor_subclass_with_callable_opaque_attr(self):
         # Calling a method of a callable value opaque read off an
         # intermediate subclass (no source) graph-broke: only non-callable
@@ -206,6 +212,7 @@ class TestUpstreamFixes(TestCase):
         out = torch.compile(f, backend="aot_eager", fullgraph=True)(x)
         self.assertEqual(out, torch.full((3,), 6.0))
 
+    @harness.needs_opaque_members
     def test_non_callable_value_opaque_attr_still_works(self):
         # The control case of the one above: every release handles it, and
         # the fix must not change it.

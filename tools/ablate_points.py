@@ -311,6 +311,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--point", action="append", default=[], help="ablate only this point (repeatable)")
     ap.add_argument("--group", action="append", default=[],
                     help="leave out every point whose name starts with GROUP. together")
+    ap.add_argument("--exclusive", action="store_true",
+                    help="ablate only the points that apply to this torch release alone "
+                         "(the ones it shares are ablated on the other release)")
     ap.add_argument("-j", "--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2),
                     help="pytest processes at a time")
     ap.add_argument("--log-dir", type=Path, help="keep each run's pytest output here")
@@ -332,6 +335,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     points = points_for(version, mode)
     if not points:
         ap.error(f"no patch points for torch {version} in mode {mode}")
+    if args.exclusive:
+        args.point += [p.name for p in points if p.versions == {version}]
+        if not args.point:
+            ap.error(f"--exclusive: no point applies to torch {version} alone")
     if args.log_dir:
         args.log_dir.mkdir(parents=True, exist_ok=True)
     run = pytest_runner(mode, log_dir=args.log_dir)

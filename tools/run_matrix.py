@@ -42,7 +42,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: sessions known to take longest (backport suite + ablation + series check)
-LONGEST_FIRST = ("tests(torch='2.11.0')", "tests(torch='2.13.0')")
+LONGEST_FIRST = ("tests(torch='2.11.0')", "tests(torch='2.10.0')", "tests(torch='2.13.0')")
 #: tries of one session's install before the session counts as failed
 INSTALL_ATTEMPTS = 4
 #: seconds before the second try; doubled before each later one

@@ -9,7 +9,8 @@ Opaque API across releases:
 =========  ===========================  ====================================
 torch      base class                   registration
 =========  ===========================  ====================================
-2.10       (none; no torch._opaque_base) register_opaque_type(cls, *, typ)
+2.10       ours: _opaque_base.OpaqueBase register_opaque_type(cls, *, typ);
+           (no torch._opaque_base)      no guard_fn / members
 2.11–2.13  torch._opaque_base.OpaqueBase register_opaque_type(cls, typ=...)
 >=2.14     CustomClassBase (old name     register_custom_class(cls, typ=
            kept, deprecated)             "symbolic"|"constant")
@@ -28,7 +29,7 @@ import torch
 #: torch releases whose sources the backport points were written against.
 #: The points edit/replace functions of these exact releases; a point release
 #: may move code around, so every other version is refused.
-BACKPORT_VERSIONS: tuple[str, ...] = ("2.11.0",)
+BACKPORT_VERSIONS: tuple[str, ...] = ("2.10.0", "2.11.0")
 #: releases on which ``install(force=True)`` replaces the native runtime.
 FORCED_VERSIONS: tuple[str, ...] = ("2.13.0",)
 #: first release with native opaque attrs in ``__tensor_flatten__`` (PR 176457).
@@ -80,14 +81,18 @@ def opaque_base() -> type:
     """The class user opaques derive from on this torch."""
     try:
         base = _module("torch._opaque_base")
-    except ImportError as e:  # torch 2.10
-        raise ImportError(
-            f"torch {torch_version()} has no torch._opaque_base; "
-            f"torch_subclass_rt supports torch {', '.join(BACKPORT_VERSIONS)} "
-            "and >= 2.12"
-        ) from e
+    except ImportError:  # torch 2.10: Note [OpaqueBase on torch 2.10]
+        from . import _opaque_base
+
+        return _opaque_base.OpaqueBase
     # 2.14 renamed OpaqueBase -> CustomClassBase, keeping the old name.
     return getattr(base, "CustomClassBase", None) or base.OpaqueBase
+
+
+def has_opaque_members() -> bool:
+    """Whether this torch's opaque registration takes ``guard_fn`` and
+    ``members`` (what Dynamo may read off an opaque; torch >= 2.11)."""
+    return hasattr(_opaque_object_module(), "MemberType")
 
 
 def _opaque_object_module() -> Any:
@@ -110,6 +115,8 @@ def register_opaque(cls: type, typ: str = "reference", **kwargs: Any) -> type:
             "'value' (compared by __eq__, baked into the graph)"
         )
     mod = _opaque_object_module()
+    if not has_opaque_members():  # torch 2.10
+        _check_registrable_on_2_10(cls, kwargs)
     new_api = getattr(mod, "register_custom_class", None)
     if new_api is not None:  # torch >= 2.14
         new_typ = {"reference": "symbolic", "value": "constant"}[typ]
@@ -117,6 +124,28 @@ def register_opaque(cls: type, typ: str = "reference", **kwargs: Any) -> type:
     else:
         mod.register_opaque_type(cls, typ=typ, **kwargs)
     return cls
+
+
+def _check_registrable_on_2_10(cls: type, kwargs: dict[str, Any]) -> None:
+    # 2.11's register_opaque_type requires the OpaqueBase metaclass; 2.10's
+    # does not, but everything that recognizes an opaque (our runtime and
+    # points, like torch 2.12's code) asks isinstance(x, OpaqueBase).
+    if not isinstance(cls, type(opaque_base())):
+        raise TypeError(
+            f"register_opaque({cls.__qualname__}): on torch {torch_version()} an "
+            "opaque type must subclass torch_subclass_rt.OpaqueBase (torch 2.10 "
+            "has no torch._opaque_base; the package provides it). Declare "
+            f"`class {cls.__name__}(tsrt.OpaqueBase): ...`."
+        )
+    if kwargs:
+        raise TypeError(
+            f"register_opaque({cls.__qualname__}, {', '.join(f'{k}=...' for k in kwargs)}): "
+            f"torch {torch_version()} cannot take {', '.join(sorted(kwargs))}; "
+            "opaque members and guard_fn (what compiled code may read off an "
+            "opaque, and guards on it) came with torch 2.11. Register without "
+            "them (compiled code then passes the opaque through without "
+            "reading it), or use torch >= 2.11."
+        )
 
 
 def is_opaque_object(value: object) -> bool:

@@ -320,10 +320,25 @@ def _installs_device_mesh(mode: str) -> bool:
     from . import _torch_compat
 
     version = _torch_compat.torch_version()
-    return mode in ("auto", Mode.BACKPORT) and version in _torch_compat.BACKPORT_VERSIONS
+    # 2.10: the backport runs, but DeviceMesh as an opaque builds on 2.11's
+    # opaque members (points/distributed_opaques.py is 2.11-only)
+    return (
+        mode in ("auto", Mode.BACKPORT)
+        and version in _torch_compat.BACKPORT_VERSIONS
+        and _torch_compat.has_opaque_members()
+    )
 
 
 def _device_mesh_refusal() -> str:
+    from . import _torch_compat
+
+    if not _torch_compat.has_opaque_members():
+        return (
+            f"--mesh device_mesh: DeviceMesh cannot be an opaque type on torch "
+            f"{torch.__version__}: registering it builds on opaque members, which came "
+            "with torch 2.11 (install() registers it there; torch >= 2.12 does itself). "
+            "Use --mesh handle, which wraps the process group in a MeshHandle"
+        )
     return (
         f"--mesh device_mesh: DeviceMesh is not an opaque type here (torch "
         f"{torch.__version__}, mode without install()); torch >= 2.12 registers it, "

@@ -102,7 +102,10 @@ def _lines(text: str) -> list[str]:
 def edited_source_of(fn: Any) -> EditedSource | None:
     """The :class:`EditedSource` of a function built by :func:`edited_function`
     (None for anything else, including a ``functools.wraps`` wrapper of one,
-    which copies the attribute but runs its own code)."""
+    which copies the attribute but runs its own code). A staticmethod is
+    looked through (``strip_staticmethod``)."""
+    if isinstance(fn, staticmethod):
+        fn = fn.__func__
     record = getattr(fn, "__tsrt_edited_source__", None)
     code = getattr(fn, "__code__", None)
     if record is None or code is None or code.co_filename != record.filename:
@@ -157,13 +160,24 @@ def _check_helper_use(edit: Edit, where: str, helpers: Any) -> None:
             )
 
 
-def edited_function(func: Callable[..., Any], edits: Sequence[Edit]) -> Callable[..., Any]:
-    """A new function: ``func``'s source with ``edits`` applied."""
+def edited_function(
+    func: Callable[..., Any], edits: Sequence[Edit], *, strip_staticmethod: bool = False
+) -> Callable[..., Any]:
+    """A new function: ``func``'s source with ``edits`` applied.
+
+    ``strip_staticmethod``: ``func`` is the function of a ``@staticmethod``
+    (its source starts with that decorator, which is the one decorator whose
+    loss the caller can undo): the copy is the bare function, and the caller
+    wraps it in ``staticmethod()`` again."""
     where = f"{func.__module__}.{func.__qualname__}"
     try:
         source = textwrap.dedent(inspect.getsource(func))
     except (OSError, TypeError) as e:
         raise PatchError(f"{where}: no Python source available ({e})") from e
+    if strip_staticmethod:
+        if not source.startswith("@staticmethod\n"):
+            raise PatchError(f"{where}: expected a @staticmethod's function")
+        source = source[len("@staticmethod\n"):]
     if source.lstrip().startswith("@"):
         decorator = source.lstrip().split("\n", 1)[0]
         raise PatchError(

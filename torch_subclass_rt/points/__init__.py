@@ -2,6 +2,18 @@
 
 Each module exposes ``POINTS: list[PatchPoint]``. :func:`all_points` is the
 registry: the one list ``install()`` selects from by torch version and mode.
+
+Note [Points shared by torch 2.10 and 2.11]: the backport is one set of
+points for both releases (``ONLY_BACKPORT``). A replacement's docstring
+names the 2.11.0 function it replaces; on 2.10.0 the target is the same
+function, and every source edit is checked against 2.10's text when it is
+built (an edit that does not match fails the install, before anything is
+touched). Where 2.10 needs something else, the point is declared twice
+under one name: ``ONLY_2_11`` and ``ONLY_2_10`` (e.g. ``fake.is_fake``,
+whose importers differ), so status, ablation and the series map see one
+point per release. What 2.10 cannot take (DeviceMesh as an opaque, which
+builds on 2.11's opaque members) is ``ONLY_2_11``; what 2.11 already has
+and 2.10 lacks is ``torch_2_11_base`` (``ONLY_2_10``).
 """
 
 from __future__ import annotations
@@ -14,6 +26,8 @@ from ..patching.registry import PatchPoint
 #: layers that feed it: fake/meta tensors, guard building, Dynamo, and the
 #: APIs outside torch.compile).
 SUBSYSTEMS: tuple[str, ...] = (
+    # torch 2.10 only: what 2.11 has and the rest builds on
+    "torch_2_11_base",
     "aot_autograd",
     "functional",
     "tracing",

@@ -22,6 +22,12 @@ from ._fake_opaque_attrs import attach, describe_flatten_attrs, opaque_attrs_of
 from .derived_submesh import is_opaque_node
 from .distributed_opaques import treat_as_opaque
 from .dtensor import flatten_ctx_ok
+from .torch_2_11_base import (
+    is_fake_opaque,
+    record_saved_opaques,
+    refuse_compiled_autograd_with_opaques,
+    split_saved_opaques,
+)
 
 __all__ = [
     # fake_tensors: MetaTensorDescriber.describe_tensor, MetaConverter.meta_tensor
@@ -41,4 +47,9 @@ __all__ = [
     "flatten_ctx_ok",
     # parametrize, distributed (FSDP sync): is_opaque_attr above, and
     "is_reference_opaque_type",
+    # torch_2_11_base (torch 2.10): partitioners, graph_compile
+    "is_fake_opaque",
+    "record_saved_opaques",
+    "refuse_compiled_autograd_with_opaques",
+    "split_saved_opaques",
 ]

@@ -13,6 +13,19 @@ ONLY_BACKPORT = {"versions": BACKPORT, "modes": frozenset({Mode.BACKPORT})}
 RUNTIME = {"versions": BACKPORT | FORCED, "modes": frozenset({Mode.BACKPORT, Mode.FORCED})}
 #: forced-only: adapts torch >= 2.12's native code to our runtime.
 ONLY_FORCED = {"versions": FORCED, "modes": frozenset({Mode.FORCED})}
+#: the backport on torch 2.11 only: what 2.10 cannot take (it builds on
+#: torch 2.11 features 2.10 lacks: opaque members, DeviceMesh as an opaque)
+#: or takes in its own variant (a point of the same name declared with
+#: ONLY_2_10: its source differs)
+ONLY_2_11 = {"versions": frozenset({"2.11.0"}), "modes": frozenset({Mode.BACKPORT})}
+#: the backport on torch 2.10 only: what torch 2.11 already has
+#: (points/saved_opaques.py), or 2.10's variant of an ONLY_2_11 point
+ONLY_2_10 = {"versions": frozenset({"2.10.0"}), "modes": frozenset({Mode.BACKPORT})}
+#: RUNTIME without 2.10
+RUNTIME_FROM_2_11 = {
+    "versions": (BACKPORT - {"2.10.0"}) | FORCED,
+    "modes": frozenset({Mode.BACKPORT, Mode.FORCED}),
+}
 
 
 def upstream_fix(*versions: str) -> dict:

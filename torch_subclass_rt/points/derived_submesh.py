@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._versions import ONLY_BACKPORT
+from ._versions import ONLY_2_11
 
 #: the Library that owns device_mesh::_get_submesh (kept alive: dropping it
 #: would deregister the op)
@@ -247,7 +247,7 @@ POINTS = [
         guarded_by=(
             "test/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dynamo_backward",
         ),
-        **ONLY_BACKPORT,
+        **ONLY_2_11,
     ),
     PatchPoint(
         name="derived_submesh.PythonKeyTracer.create_arg",
@@ -270,7 +270,7 @@ POINTS = [
             "test/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dynamo",
             "test/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dispatch",
         ),
-        **ONLY_BACKPORT,
+        **ONLY_2_11,
     ),
     PatchPoint(
         name="derived_submesh.FakeScriptObject.__getitem__",
@@ -282,6 +282,6 @@ POINTS = [
         guarded_by=(
             "test/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dispatch",
         ),
-        **ONLY_BACKPORT,
+        **ONLY_2_11,
     ),
 ]

@@ -49,7 +49,7 @@ from typing import Any
 
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._versions import ONLY_BACKPORT, RUNTIME
+from ._versions import ONLY_2_11, RUNTIME_FROM_2_11
 
 
 # Note [Distributed opaque members]
@@ -358,7 +358,7 @@ POINTS = [
         guarded_by=(
             "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
         ),
-        **ONLY_BACKPORT,
+        **ONLY_2_11,
     ),
     PatchPoint(
         name="distributed_opaques._OPAQUE_TYPES_BY_NAME",
@@ -369,7 +369,7 @@ POINTS = [
         guarded_by=(
             "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_registered_by_type_and_by_name_cpu",
         ),
-        **ONLY_BACKPORT,
+        **ONLY_2_11,
     ),
     PatchPoint(
         name="distributed_opaques.OpaqueBaseMeta.__instancecheck__",
@@ -380,7 +380,7 @@ POINTS = [
         guarded_by=(
             "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
         ),
-        **ONLY_BACKPORT,
+        **ONLY_2_11,
     ),
     PatchPoint(
         name="distributed_opaques.VariableBuilder._wrap",
@@ -397,7 +397,7 @@ POINTS = [
             "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_mesh_attr_into_custom_op_is_runtime_mesh_cpu",
             "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
         ),
-        **ONLY_BACKPORT,
+        **ONLY_2_11,
     ),
     PatchPoint(
         name="distributed_opaques.FakeScriptObject.__getattribute__",
@@ -412,6 +412,6 @@ POINTS = [
             "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_cpu",
             "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_user_opaque_cpu",
         ),
-        **RUNTIME,
+        **RUNTIME_FROM_2_11,
     ),
 ]

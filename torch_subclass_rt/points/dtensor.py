@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..patching.registry import PatchPoint
-from ._versions import ONLY_BACKPORT
+from ._versions import ONLY_2_11
 
 #: the point group install(dtensor=True) adds
 GROUP = "dtensor"
@@ -198,7 +198,7 @@ POINTS = [
             _GUARD + "test_redistribute_own_mesh_aot_eager_cpu",
             _GUARD + "test_redistribute_own_mesh_inductor_cpu",
         ),
-        **ONLY_BACKPORT,
+        **ONLY_2_11,
     ),
     PatchPoint(
         name="dtensor.DTensor.__tensor_flatten__",
@@ -208,7 +208,7 @@ POINTS = [
         reason="DTensor's mesh is an inner attr (an opaque graph input), as in torch 2.13",
         group=GROUP,
         guarded_by=(_GUARD + "test_equal_meshes_one_compile_cpu",),
-        **ONLY_BACKPORT,
+        **ONLY_2_11,
     ),
     PatchPoint(
         name="dtensor.DTensor.__tensor_unflatten__",
@@ -218,7 +218,7 @@ POINTS = [
         reason="DTensor's spec is rebuilt around the mesh passed at run time, as in torch 2.13",
         group=GROUP,
         guarded_by=(_GUARD + "test_dtensor_input_fwd_bwd_aot_eager_cpu",),
-        **ONLY_BACKPORT,
+        **ONLY_2_11,
     ),
     PatchPoint(
         name="dtensor.DTensor.__coerce_same_metadata_as_tangent__",
@@ -228,7 +228,7 @@ POINTS = [
         reason="a tangent's placements are read from the new flatten context",
         group=GROUP,
         guarded_by=(_GUARD + "test_dtensor_input_fwd_bwd_aot_eager_cpu",),
-        **ONLY_BACKPORT,
+        **ONLY_2_11,
     ),
     *(
         PatchPoint(
@@ -243,7 +243,7 @@ POINTS = [
                 "0014 torch/_library/fake_class_registry.py::maybe_unwrap_fake_script_object",
             ),
             guarded_by=guarded_by,
-            **ONLY_BACKPORT,
+            **ONLY_2_11,
         )
         for attr, fn, guarded_by in (
             (

@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from .._torch_compat import is_opaque_attr
-from ._versions import ONLY_BACKPORT
+from ._versions import ONLY_2_10, ONLY_2_11, ONLY_BACKPORT
 
 
 
@@ -184,6 +184,46 @@ def _build_handle_traced_output(original):
     )
 
 
+def _build_handle_traced_output_2_10(original):
+    """``torch._dynamo.variables.builder.handle_traced_output`` (torch
+    2.10.0) with one edit. Differs from 2.10, as 2.11 plus 2.12: an op
+    output that is a reference opaque (``y.mesh`` read off an intermediate
+    subclass: its fake carries the caller's object) becomes a
+    ``TorchScriptObjectVariable`` of its fake (2.11's opaque branch), and
+    one that is already a FakeScriptObject is wrapped as is (2.12, as the
+    2.11 variant above). 2.10 graph-breaks on both ("torch.* op returned
+    non-Tensor"). Note [install() is transparent without opaques]:
+    identical (torch's own source; the new branches only match opaques)."""
+    return edited_function(
+        original,
+        [
+            Edit(
+                """
+                else:
+                    unimplemented(
+                        gb_type="torch.* op returned non-Tensor",
+                """,
+                """
+                elif isinstance(
+                    example_value, torch._library.fake_class_registry.FakeScriptObject
+                ):
+                    return TorchScriptObjectVariable.create(proxy, example_value)
+                elif __tsrt__.is_opaque_attr(example_value, fake=False):
+                    return TorchScriptObjectVariable.create(
+                        proxy,
+                        torch._library.fake_class_registry.maybe_to_fake_obj(
+                            tx.output.fake_mode, example_value
+                        ),
+                    )
+                else:
+                    unimplemented(
+                        gb_type="torch.* op returned non-Tensor",
+                """,
+            ),
+        ],
+    )
+
+
 def _build_codegen_call(original):
     """``torch._dynamo.codegen.PyCodegen.__call__`` (torch 2.11.0) with one
     edit. Differs from 2.11: an opaque can be a graph output (2.12), and a
@@ -331,7 +371,22 @@ POINTS = [
         guarded_by=(
             "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_opaque_backward_compiled_autograd_cpu",
         ),
-        **ONLY_BACKPORT,
+        # 2.10 refuses compiled autograd with saved opaques (torch_2_11_base)
+        **ONLY_2_11,
+    ),
+    PatchPoint(
+        name="dynamo.handle_traced_output",
+        target="torch._dynamo.variables.builder:handle_traced_output",
+        series_none=(
+            "the 2.10 variant of the point above, whose entries are its v2.11.0 "
+            "counterpart; a v2.10.0 series is not written yet"
+        ),
+        build=_build_handle_traced_output_2_10,
+        reason="reading an opaque attr off an intermediate subclass graph-broke ('torch.* op returned non-Tensor')",
+        guarded_by=(
+            "test/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_return_intermediate_mesh_cpu",
+        ),
+        **ONLY_2_10,
     ),
     PatchPoint(
         name="dynamo.PyCodegen.__call__",

@@ -10,6 +10,7 @@ opaque object through to ``__tensor_unflatten__``; these points port that.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Optional
 
 from torch import Tensor
@@ -18,7 +19,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from .._torch_compat import is_opaque_attr
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._versions import ONLY_BACKPORT
+from ._versions import ONLY_2_10, ONLY_2_11, ONLY_BACKPORT
 
 
 
@@ -175,22 +176,35 @@ _IS_FAKE_IMPORTERS = (
     "torch.fx.experimental.proxy_tensor",
     "torch._dynamo.utils",
     "torch._dynamo.variables.builder",
-    "torch._inductor.cudagraph_utils",
+    "torch._inductor.cudagraph_utils",  # torch 2.11 only
     "torch.testing._internal.subclasses",
 )
 
+_IS_FAKE = PatchPoint(
+    name="fake.is_fake",
+    target="torch._subclasses.fake_tensor:is_fake",
+    series=("0002 torch/_subclasses/fake_tensor.py::is_fake",),
+    build=_build_is_fake,
+    reason="'got mixed fake and real tensors!' on a subclass with an opaque attr",
+    rebinds=_IS_FAKE_IMPORTERS,
+    guarded_by=(
+        "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+    ),
+    **ONLY_2_11,
+)
+
 POINTS = [
-    PatchPoint(
-        name="fake.is_fake",
-        target="torch._subclasses.fake_tensor:is_fake",
-        series=("0002 torch/_subclasses/fake_tensor.py::is_fake",),
-        build=_build_is_fake,
-        reason="'got mixed fake and real tensors!' on a subclass with an opaque attr",
-        rebinds=_IS_FAKE_IMPORTERS,
-        guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+    _IS_FAKE,
+    # 2.10's cudagraph_utils does not import is_fake
+    replace(
+        _IS_FAKE,
+        rebinds=tuple(m for m in _IS_FAKE_IMPORTERS if m != "torch._inductor.cudagraph_utils"),
+        series=(),
+        series_none=(
+            "the 2.10 variant of the point above, whose entries are its v2.11.0 "
+            "counterpart; a v2.10.0 series is not written yet"
         ),
-        **ONLY_BACKPORT,
+        **ONLY_2_10,
     ),
     PatchPoint(
         name="fake.maybe_get_fake_mode",

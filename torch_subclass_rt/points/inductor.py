@@ -16,11 +16,12 @@ opaques in 2.12+.
 from __future__ import annotations
 
 import functools
+import pickle
 
 from .._torch_compat import is_reference_opaque_type
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._versions import ONLY_BACKPORT
+from ._versions import ONLY_2_10, ONLY_2_11, ONLY_BACKPORT
 
 
 def _build(original):
@@ -41,6 +42,34 @@ def _build(original):
         return original(self, t)
 
     return _reduce_fake_script_object
+
+
+def _build_pickler_init_2_10(original):
+    """Wraps ``torch._inductor.codecache.FxGraphCachePickler.__init__``
+    (torch 2.10.0). Differs from 2.10, as 2.11 plus the point above: a
+    FakeScriptObject gets a dispatch-table entry; a reference opaque's
+    reduces to a key naming its type (module docstring), any other reduces
+    as the pickler would without the entry (2.10 has none: it pickles the
+    object's state, which for a handle holding a process group fails and
+    bypasses the cache). Note [install() is transparent without opaques]:
+    identical for everything but a reference opaque's fake."""
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.dispatch_table[FakeScriptObject] = functools.partial(_reduce_fake_2_10, self)
+
+    return __init__
+
+
+def _reduce_fake_2_10(pickler, t):
+    real = object.__getattribute__(t, "real_obj")
+    if real is not None and is_reference_opaque_type(type(real)):
+        cls = type(real)
+        return (str, (f"opaque:{cls.__module__}.{cls.__qualname__}:{t.script_class_name}",))
+    # the pickler's default protocol (FxGraphCachePickler names none)
+    return t.__reduce_ex__(pickle.DEFAULT_PROTOCOL)
 
 
 def _build_benchmark_compiled_module(original):
@@ -86,7 +115,21 @@ POINTS = [
         guarded_by=(
             "test/test_inductor_cache_key.py::TestInductorCacheKeyWithOpaque::test_unpicklable_reference_opaque_is_cached",
         ),
-        **ONLY_BACKPORT,
+        **ONLY_2_11,
+    ),
+    PatchPoint(
+        name="inductor.FxGraphCachePickler.__init__",
+        target="torch._inductor.codecache:FxGraphCachePickler.__init__",
+        build=_build_pickler_init_2_10,
+        reason="cache key pickled a reference opaque (a process group: cache bypassed)",
+        series_none=(
+            "the 2.10 form of inductor.FxGraphCachePickler._reduce_fake_script_object "
+            "(2.10 has no such method); a v2.10.0 series is not written yet"
+        ),
+        guarded_by=(
+            "test/test_inductor_cache_key.py::TestInductorCacheKeyWithOpaque::test_unpicklable_reference_opaque_is_cached",
+        ),
+        **ONLY_2_10,
     ),
     PatchPoint(
         name="inductor.PythonWrapperCodegen.benchmark_compiled_module",

@@ -52,7 +52,10 @@ def post_compile(original):
     def subclass_post_compile(self, compiled_fn, aot_config, *, runtime_metadata):
         if self.maybe_subclass_meta is None:
             return compiled_fn
-        if rw.aot_graphs_log.isEnabledFor(logging.DEBUG):
+        # 2.11 logs the unwrapped arguments with TORCH_LOGS=aot_graphs
+        # (only its own loop does); 2.10 has no such log
+        graphs_log = getattr(rw, "aot_graphs_log", None)
+        if graphs_log is not None and graphs_log.isEnabledFor(logging.DEBUG):
             return original(self, compiled_fn, aot_config, runtime_metadata=runtime_metadata)
         num_saved = self.num_fw_outs_saved_for_bw
         # torch's own loop, for every call the generated code does not take

@@ -73,3 +73,36 @@ def unregistered_opaque_member_error(real_type: type, member: str, registered: l
         "real object at compile time and bakes the result into the graph), or "
         "do not read it inside __torch_dispatch__ / fake kernels."
     )
+
+
+def compiled_autograd_opaque_error(metadata: Any, opaques: Any) -> RuntimeError:
+    """Compiled autograd on torch 2.10 met a compiled backward that saved
+    opaque objects (its C++ side has no slot for them: torch 2.11 adds it)."""
+    from .meta import OpaqueMeta
+
+    subclasses = []
+
+    def visit(meta: Any) -> None:
+        attrs = getattr(meta, "attrs", None)
+        if attrs is None:
+            return
+        opaque_attrs = [a for a, m in attrs.items() if isinstance(m, OpaqueMeta)]
+        cls = getattr(meta, "original_subclass_type", None) or type(meta.original_subclass)
+        if opaque_attrs:
+            subclasses.append(f"{cls.__qualname__} (opaque attrs {', '.join(map(repr, opaque_attrs))})")
+        for inner in attrs.values():
+            visit(inner)
+
+    for meta in getattr(metadata, "subclass_inp_meta", None) or ():
+        visit(meta)
+    where = "; ".join(dict.fromkeys(subclasses)) or "a subclass input"
+    types = ", ".join(sorted({_type_name(o) for o in opaques}))
+    return RuntimeError(
+        f"compiled autograd cannot run this backward on torch 2.10: the compiled "
+        f"forward saved opaque object(s) ({types}) of {where} for it, and torch "
+        "2.10's compiled autograd has no slot for opaque objects (torch 2.11 adds "
+        "one); without this error the backward would rebuild the grad from the "
+        "wrong inputs. Run this backward without compiled autograd (outside "
+        "torch._dynamo.compiled_autograd._enable, "
+        "torch._dynamo.config.compiled_autograd=False), or use torch >= 2.11."
+    )
