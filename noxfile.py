@@ -84,11 +84,20 @@ def _fresh_inductor_cache(session: nox.Session) -> dict[str, str]:
     return {"TORCHINDUCTOR_CACHE_DIR": cache}
 
 
+_CHECK_TORCH = (
+    "import sys, torch; v = torch.__version__.split('+')[0]; "
+    "sys.exit(None if v == sys.argv[1] else f'session for torch {sys.argv[1]} has torch {v}')"
+)
+
+
 @nox.session
 @nox.parametrize("torch", ["2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1"])
 def tests(session: nox.Session, torch: str) -> None:
     session.install(f"torch=={torch}")
     session.install("-e", ".[test]")
+    # pip replaces the torch installed above if this package's requirement
+    # excludes it; the session must test the release it is named for
+    session.run("python", "-c", _CHECK_TORCH, torch)
     session.run("python", "-m", "torch_subclass_rt", "status", "--install")
     dumps = os.path.join(session.create_tmp(), "dumps")
     env = _fresh_inductor_cache(session)
