@@ -283,6 +283,23 @@ class TestInstallIsTransparent(TestCase):
         stock, installed = self.stock_and_installed(run)
         self.assertEqual(installed, stock)
 
+    def test_fake_script_object_of_an_object_that_cannot_be_copied(self):
+        # FakeScriptObject deep-copies what it wraps unless it is a registered
+        # opaque; a failed copy is torch's business: 2.11 falls back to the
+        # object on a TypeError, 2.10 lets it through (RuntimeError only)
+        from torch._library.fake_class_registry import FakeScriptObject
+
+        class Uncopyable:
+            def __deepcopy__(self, memo):
+                raise TypeError("Uncopyable cannot be copied")
+
+        def run():
+            fake = FakeScriptObject(object(), "Uncopyable", Uncopyable())
+            return type(object.__getattribute__(fake, "real_obj")).__name__
+
+        stock, installed = self.stock_and_installed(run)
+        self.assertEqual(installed, stock)
+
     def test_is_fun_mixed_inner_tensors_error(self):
         from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 

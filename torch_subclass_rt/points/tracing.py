@@ -89,18 +89,24 @@ def _wrap_get_proxy_slot(original):
 
 
 def _fake_script_object_init(original):
-    """Replaces ``FakeScriptObject.__init__`` (torch 2.11.0).
+    """Replaces ``FakeScriptObject.__init__`` (torch 2.10.0, 2.11.0).
 
-    Differs from 2.11: a registered opaque is kept as ``real_obj`` instead of
-    being deep-copied (a DeviceMesh deep copy is costly, and the copy breaks
-    identity with the caller's object, which dedup and guards rely on).
-    TorchScript objects are still deep-copied, as in 2.11 and 2.13.
+    Differs from them: a registered opaque is kept as ``real_obj`` instead
+    of being deep-copied (a DeviceMesh deep copy is costly, and the copy
+    breaks identity with the caller's object, which dedup and guards rely
+    on). TorchScript objects are still deep-copied, as in 2.11 and 2.13, and
+    a failed copy is handled as the release being patched handles it (2.10
+    falls back to the object itself on a RuntimeError only; 2.11 on a
+    TypeError too).
     Note [install() is transparent without opaques]: identical for every object
-    that is not a registered opaque (2.11's deep copy and warning).
+    that is not a registered opaque (the release's deep copy and warning).
     """
     from torch.utils._python_dispatch import _disable_current_modes
 
+    from .._torch_compat import version_tuple
+
     log = logging.getLogger("torch._library.fake_class_registry")
+    copy_errors = (RuntimeError,) if version_tuple()[:2] < (2, 11) else (RuntimeError, TypeError)
 
     def __init__(self, wrapped_obj, script_class_name, x):
         object.__setattr__(self, "wrapped_obj", wrapped_obj)
@@ -112,7 +118,7 @@ def _fake_script_object_init(original):
 
                 with _disable_current_modes():
                     real_obj = copy.deepcopy(x)
-            except (RuntimeError, TypeError) as e:
+            except copy_errors as e:
                 log.warning(
                     "Unable to deepcopy the custom object %s due to %s. "
                     "Defaulting to the user given object. This might be "
