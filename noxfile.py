@@ -1,7 +1,8 @@
 """Test matrix: one nox session per torch configuration.
 
   nox -s "tests(torch='2.10.0')"   torch 2.10.0 + install()            (backport), then
-                                   the ablation of the points only 2.10 takes
+                                   the ablation of the points only 2.10 takes and
+                                   the v2.10.0 patch series check
   nox -s "tests(torch='2.11.0')"   torch 2.11.0 + install()            (backport), then
                                    tools/ablate_points.py and the patch series check
   nox -s "tests(torch='2.12.1')"   torch 2.12.1 + install() (native+fixes: the later
@@ -103,11 +104,14 @@ def tests(session: nox.Session, torch: str) -> None:
     env = _fresh_inductor_cache(session)
     if torch == "2.10.0":
         # the backport shares every point but a few with 2.11, whose session
-        # ablates them; the 2-rank suite runs there too (same distributed code)
+        # ablates them; the 2-rank suite runs there too (same distributed
+        # code); verify_patches runs the series' suites in backport mode
         _run_suite(session, "backport", os.path.join(dumps, "backport"), env,
-                   ignore=(RANKS_TESTS,))
+                   ignore=(RANKS_TESTS, *_series_suites()))
         session.run("python", "tools/ablate_points.py", "--mode", "backport",
                     "--exclusive", "-j", "2", env=env)
+        # the v2.10.0 series: applies, passes in-tree, dumps equal the backport's
+        session.run("python", "tools/verify_patches.py", "--base", "v2.10.0", env=env)
     elif torch == "2.11.0":
         # verify_patches runs the series' suites in backport mode (and
         # patched, comparing dumps): not run twice here

@@ -15,11 +15,11 @@ Mode under test (env var ``TSRT_MODE``):
     native implementation plus the later upstream fixes the release lacks
     (``points/fixes.py``; tests marked :func:`upstream_bug`).
 ``patched``
-    torch 2.11 with the in-tree patch series (patches/v2.11.0) applied to its
-    sources (tools/verify_patches.py puts such a torch first on PYTHONPATH);
+    torch 2.10 or 2.11 with its in-tree patch series (patches/v2.10.0,
+    patches/v2.11.0) applied to its sources (tools/verify_patches.py puts such a torch first on PYTHONPATH);
     nothing is installed. Must trace the graphs the backport traces.
 
-Default: ``backport`` on torch 2.11, ``native`` on torch >= 2.12.
+Default: ``backport`` on torch 2.10 and 2.11, ``native`` on torch >= 2.12.
 
 Graph dumps (:func:`assertExpectedGraph`) live in
 ``test/expected/<TestClass>.<test>.<name>.txt`` and are shared by every torch
@@ -117,9 +117,10 @@ def setup_mode() -> Mode:
             f"TSRT_MODE={mode} needs torch >= 2.12 (native opaque attrs); "
             f"this is torch {torch.__version__}"
         )
-    if mode == Mode.PATCHED and torch_major_minor() != (2, 11):
+    if mode == Mode.PATCHED and _torch_compat.torch_version() not in _torch_compat.BACKPORT_VERSIONS:
         raise RuntimeError(
-            f"TSRT_MODE=patched needs torch 2.11 with the patch series "
+            f"TSRT_MODE=patched needs a backport release "
+            f"({', '.join(_torch_compat.BACKPORT_VERSIONS)}) with its patch series "
             f"applied; this is torch {torch.__version__}"
         )
     if mode in (Mode.NATIVE, Mode.PATCHED):

@@ -5,7 +5,9 @@ listed with the reason it needs none), and every point that changes
 behaviour must name the series changes it stands for. The checker is tested
 on synthetic series and points first (any torch), then on the real ones:
 the real map must be clean, and adding a point or a hunk alone to it must be
-reported (torch 2.11.0 only: the series is applied to its sources).
+reported (torch 2.10.0 and 2.11.0 only: a series is applied to the sources
+of the torch it is written against). Every series numbers its patches as
+the newest does (Note [One numbering for every series]).
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ sys.path.insert(0, str(REPO))
 from tools import _common, series_map  # noqa: E402
 from torch_subclass_rt.patching.registry import PatchPoint  # noqa: E402
 
-SERIES_VERSION = "2.11.0"
+#: the series of the running torch (patches/v2.10.0 or patches/v2.11.0)
+SERIES_VERSION = _common.normalize_version(torch.__version__)
 needs_series_torch = unittest.skipUnless(
-    _common.normalize_version(torch.__version__) == SERIES_VERSION,
-    f"the map is computed on the torch {SERIES_VERSION} sources the series is written "
-    f"against (this is torch {torch.__version__})",
+    SERIES_VERSION in series_map.series_versions(),
+    f"the map is computed on the torch sources a series is written against "
+    f"({', '.join(series_map.series_versions())}; this is torch {torch.__version__})",
 )
 
 
@@ -167,10 +170,10 @@ class TestCheck(unittest.TestCase):
     F = "0001 torch/mod.py::f"
     G = "0001 torch/mod.py::g"
 
-    def check(self, points, changes, without=None, pending=None):
+    def check(self, points, changes, without=None, pending=None, **kw):
         return series_map.check(
             points, changes, without or {}, "9.9.0",
-            pending_groups={} if pending is None else pending,
+            pending_groups={} if pending is None else pending, **kw,
         ).problems
 
     def test_clean(self) -> None:
@@ -212,8 +215,31 @@ class TestCheck(unittest.TestCase):
     def test_series_entries_on_a_point_for_other_releases(self) -> None:
         pt = FakePoint("p.f", series=(self.F,), versions=frozenset({"1.0.0"}))
         problems = self.check([pt], _changes(self.F))
-        self.assertEqual(len(problems), 1, problems)
-        self.assertIn("does not apply to torch 9.9.0", problems[0])
+        # the change is then claimed by no point, and the point's entries
+        # belong to no series
+        self.assertEqual(len(problems), 2, problems)
+        self.assertIn("applies to no torch release with a patch series", problems[0])
+        self.assertIn("is covered by no patch point", problems[1])
+        # a point of another release's series is that series' business
+        other = FakePoint("p.g", series=(self.G,), versions=frozenset({"9.8.0"}))
+        problems = self.check([FakePoint("p.f", series=(self.F,)), other], _changes(self.F),
+                              series_versions=("9.8.0", "9.9.0"))
+        self.assertEqual(problems, [])
+
+    def test_left_out_patches(self) -> None:
+        # a shared point names a change of a patch this series leaves out
+        pt = FakePoint("p.f", series=(self.F, "0012 torch/mod.py::h"))
+        self.assertEqual(
+            len(self.check([pt], _changes(self.F))), 1,
+            "an entry of a patch the series has must be found",
+        )
+        self.assertEqual(self.check([pt], _changes(self.F), left_out={"0012": "why"}), [])
+        # ... and so may SERIES_WITHOUT_POINT
+        self.assertEqual(
+            self.check([FakePoint("p.f", series=(self.F,))], _changes(self.F),
+                       {"0012 torch/mod.py::h": "types only"}, left_out={"0012": "why"}),
+            [],
+        )
 
     def test_stale_or_doubled_without_point_entries(self) -> None:
         pts = [FakePoint("p.f", series=(self.F,))]
@@ -275,7 +301,11 @@ class TestRealSeriesMap(unittest.TestCase):
         )
 
     def check(self, points, changes):
-        return series_map.check(points, changes, self.without, SERIES_VERSION).problems
+        return series_map.check(
+            points, changes, self.without, SERIES_VERSION,
+            series_versions=series_map.series_versions(),
+            left_out=series_map.LEFT_OUT_OF_SERIES.get(SERIES_VERSION, {}),
+        ).problems
 
     def test_map_is_clean_both_ways(self) -> None:
         problems = self.check(self.points, self.changes)
@@ -329,6 +359,46 @@ class TestRealSeriesMap(unittest.TestCase):
                       "::create_subclass_metadata\n    -> aot.create_subclass_metadata",
                       proc.stdout)
         self.assertIn("OK:", proc.stdout)
+
+
+
+def _subjects(version: str) -> dict[str, str]:
+    """Patch number -> subject ("[area] summary") of a series."""
+    out = {}
+    for patch in _common.series(_common.series_dir(version)):
+        text = patch.read_text()
+        head = text[text.index("Subject: "):text.index("\n\n", text.index("Subject: "))]
+        subject = " ".join(head[len("Subject: "):].split())
+        out[patch.name[:4]] = subject.split("] ", 1)[1] if subject.startswith("[PATCH") else subject
+    return out
+
+
+class TestOneNumbering(unittest.TestCase):
+    """Note [One numbering for every series]: patch N of an older base's
+    series is patch N of the newest series, ported; what it leaves out is
+    declared (series_map.LEFT_OUT_OF_SERIES), and 0000 is what the older
+    base lacks."""
+
+    def test_series_line_up(self) -> None:
+        versions = series_map.series_versions()
+        newest = max(versions, key=_common.normalize_version)
+        reference = _subjects(newest)
+        self.assertNotIn("0000", reference)
+        for version in versions:
+            if version == newest:
+                continue
+            with self.subTest(series=version):
+                subjects = _subjects(version)
+                left_out = series_map.LEFT_OUT_OF_SERIES.get(version, {})
+                self.assertEqual(
+                    sorted(set(subjects) - {"0000"}),
+                    sorted(set(reference) - set(left_out)),
+                    f"v{version}: the patches of v{newest} it has, and the ones it "
+                    "declares left out, must be all of them",
+                )
+                for number, subject in subjects.items():
+                    if number != "0000":
+                        self.assertEqual(subject, reference[number], f"v{version} patch {number}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 
     python tools/series_map.py [--version 2.11.0] [--torch-root PATH] [--patches-dir DIR]
 
+Run it with the Python of the series' torch (the version defaults to it).
+
 The backport (``torch_subclass_rt/points``) and the series
 (``patches/v<version>/*.patch``) are the same change in two forms. Each
 patch point says, as data, which series changes it stands for
@@ -56,6 +58,33 @@ from tools._common import ToolError, main_wrapper, series, series_dir  # noqa: E
 #: apply to the series' torch version: the group's change is not in the
 #: series yet. Remove a group from here in the change that adds its patch.
 NOT_YET_IN_SERIES_GROUPS: Mapping[str, str] = {}
+
+# Note [One numbering for every series]
+#     The series for an older base is the newest series ported to it: its
+#     patch N (N >= 0001) is patch N of patches/v2.11.0, with the same
+#     subject, and the changes that base needs first (what 2.11 has and 2.10
+#     lacks) are patch 0000. So one ``series`` entry names the same change
+#     in every series it is in, and a point shared by 2.10 and 2.11 is
+#     checked against both. The patches a series leaves out are declared
+#     below; test/test_series_map.py checks the subjects line up.
+#: per series version, the patches of the newest series it leaves out, and
+#: why: a point entry naming one of them is not looked for in that series
+LEFT_OUT_OF_SERIES: Mapping[str, Mapping[str, str]] = {
+    "2.11.0": {"0000": "what torch 2.10 lacks and torch 2.11 has"},
+    "2.10.0": {
+        **{
+            n: "callable value opaques on a subclass (PR 188799): the fix is "
+            "for torch 2.11's Dynamo; 2.10 is left as shipped"
+            for n in ("0010", "0011")
+        },
+        **{
+            n: "DeviceMesh / ProcessGroup as opaques, DTensor's mesh attr and "
+            "derived submeshes build on opaque members (guard_fn, members=), "
+            "which torch 2.10 does not have"
+            for n in ("0012", "0013", "0014", "0015", "0016", "0017")
+        },
+    },
+}
 
 #: the only paths whose changes are mapped (the series' in-tree tests are not
 #: torch functions)
@@ -341,24 +370,36 @@ def check(
     without_point: Mapping[str, str],
     version: str,
     pending_groups: Mapping[str, str] = NOT_YET_IN_SERIES_GROUPS,
+    series_versions: Iterable[str] | None = None,
+    left_out: Mapping[str, str] | None = None,
 ) -> MapResult:
     """Both directions of the map; ``points``: PatchPoint-like objects
-    (name, versions, group, series, series_none, speed_only)."""
+    (name, versions, group, series, series_none, speed_only).
+    ``series_versions``: the releases that have a series (default: this
+    one); a point with entries must apply to one of them, and is checked
+    against this series if it applies to ``version``. ``left_out``: patch
+    numbers this series leaves out (Note [One numbering for every series])."""
     problems: list[str] = []
     by_entry = {c.entry: c for c in changes}
     claimed_by: dict[str, list[str]] = {}
+    with_series = set(series_versions or ()) | {version}
+    left_out = left_out or {}
     for p in points:
         applies = version in p.versions
         if p.series and not applies:
-            problems.append(
-                f"point {p.name}: names series entries but does not apply to torch "
-                f"{version}; the v{version} series is the change for {version} only"
-            )
+            if not (set(p.versions) & with_series):
+                problems.append(
+                    f"point {p.name}: names series entries but applies to no torch "
+                    f"release with a patch series ({', '.join(sorted(with_series))})"
+                )
+            continue
         for entry in p.series:
             try:
-                parse_entry(entry)
+                number, _, _ = parse_entry(entry)
             except ValueError as e:
                 problems.append(f"point {p.name}: {e}")
+                continue
+            if number in left_out:
                 continue
             if entry not in by_entry:
                 problems.append(
@@ -384,6 +425,9 @@ def check(
                 "corresponds to in `series`, or `speed_only` with its measured gain"
             )
     for entry, reason in without_point.items():
+        number = entry.split(" ", 1)[0]
+        if number in left_out:
+            continue  # a change of a patch this series does not have
         if entry not in by_entry:
             problems.append(
                 f"SERIES_WITHOUT_POINT lists '{entry}', which the v{version} series does "
@@ -433,7 +477,17 @@ def compute(
     changes = series_changes(
         read_series(series_dir(version, patches_dir)), original_reader(root)
     )
-    return check(all_points(), changes, SERIES_WITHOUT_POINT, version)
+    return check(
+        all_points(), changes, SERIES_WITHOUT_POINT, version,
+        series_versions=series_versions(), left_out=LEFT_OUT_OF_SERIES.get(version, {}),
+    )
+
+
+def series_versions() -> list[str]:
+    """The torch releases that have a series (patches/v<version>/)."""
+    from tools._common import PATCHES_ROOT
+
+    return sorted(d.name[1:] for d in PATCHES_ROOT.glob("v*") if any(d.glob("*.patch")))
 
 
 def format_map(result: MapResult, without_point: Mapping[str, str]) -> str:
@@ -447,12 +501,16 @@ def format_map(result: MapResult, without_point: Mapping[str, str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--version", default="2.11.0", help="series version (default 2.11.0)")
+    parser.add_argument("--version", help="series version (default: the installed torch's)")
     parser.add_argument("--torch-root", type=Path, help="the torch package the series is against")
     parser.add_argument("--patches-dir", type=Path, help="another copy of the series")
     args = parser.parse_args(argv)
     from torch_subclass_rt.points import SERIES_WITHOUT_POINT
 
+    if args.version is None:
+        from torch_subclass_rt._torch_compat import torch_version
+
+        args.version = torch_version()
     result = compute(args.version, args.torch_root, args.patches_dir)
     print(format_map(result, SERIES_WITHOUT_POINT))
     if result.problems:

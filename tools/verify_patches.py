@@ -38,7 +38,16 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tools._common import REPO_ROOT, ToolError, git, main_wrapper, normalize_version  # noqa: E402
+from tools._common import (  # noqa: E402
+    REPO_ROOT,
+    ToolError,
+    git,
+    main_wrapper,
+    normalize_version,
+    patched_files,
+    series,
+    series_dir,
+)
 from tools import apply_patches, make_checkout  # noqa: E402
 
 # the graph-dump suites compared between the patched torch and the backport
@@ -55,15 +64,20 @@ SUITES = (
     # series (0014), install(dtensor=True) in backport mode
     REPO_ROOT / "test" / "test_dtensor_opaque_mesh.py",
 )
-#: the series' own test files (each added by its last commits), run in-tree
-IN_TREE_TESTS = (
-    "test/test_opaque_subclass_attrs.py",
-    "test/test_opaque_subclass_fixes.py",
-    "test/test_opaque_subclass_parity.py",
-    "test/test_device_mesh_opaque.py",
-    "test/test_dtensor_opaque_mesh.py",
-    "test/test_device_mesh_derived_submesh.py",
-)
+
+
+def in_tree_tests(patches: list[Path]) -> list[str]:
+    """The series' own test files, run in-tree: every ``test/*.py`` a patch
+    of the series touches, in series order. Read from the series, so a
+    series for another base (v2.10.0 carries no DeviceMesh commits) runs
+    exactly the tests it adds."""
+    tests: list[str] = []
+    for patch in patches:
+        for path in patched_files(patch):
+            if path.startswith("test/") and path.endswith(".py") and path not in tests:
+                tests.append(path)
+    return tests
+
 
 # Runs the suite under pytest; the harness writes every graph dump it
 # compares to $TSRT_DUMP_DIR (same file names as test/expected/).
@@ -243,7 +257,10 @@ def verify(base: str, patches_dir: Path | None, work: Path, skip_backport: bool 
     else:
         print("    passed")
 
-    for test in IN_TREE_TESTS:
+    tests = in_tree_tests(series(series_dir(version, patches_dir)))
+    if not tests:
+        failures.append(f"the v{version} series adds no test file")
+    for test in tests:
         step(f"in-tree test {test} of the series")
         log = work / f"in-tree-{Path(test).stem}.log"
         if not (checkout / test).is_file():

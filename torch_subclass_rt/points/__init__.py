@@ -62,6 +62,20 @@ SERIES_WITHOUT_POINT: dict[str, str] = {
         "restates the identity hash FakeScriptObject already has; the point adds "
         "__eq__ to the existing class, which keeps that hash"
     ),
+    # v2.10.0 only (patch 0000: what torch 2.11 has)
+    **{
+        f"0000 torch/_opaque_base.py::{unit}": (
+            "torch 2.11's OpaqueBase, which torch 2.10 lacks: on 2.10 the package "
+            "ships its own (torch_subclass_rt/_opaque_base.py, tsrt.OpaqueBase; "
+            "Note [OpaqueBase on torch 2.10]), a class of ours, not a patch point"
+        )
+        for unit in ("OpaqueBase", "OpaqueBaseMeta", "OpaqueBaseMeta.__instancecheck__")
+    },
+    "0000 torch/_library/opaque_object.py::register_opaque_type": (
+        "requires OpaqueBase, as torch 2.11 does; on 2.10 tsrt.register_opaque "
+        "makes that check itself (_torch_compat._check_registrable_on_2_10) "
+        "instead of patching torch's registration"
+    ),
 }
 
 

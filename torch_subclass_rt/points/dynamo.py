@@ -377,10 +377,9 @@ POINTS = [
     PatchPoint(
         name="dynamo.handle_traced_output",
         target="torch._dynamo.variables.builder:handle_traced_output",
-        series_none=(
-            "the 2.10 variant of the point above, whose entries are its v2.11.0 "
-            "counterpart; a v2.10.0 series is not written yet"
-        ),
+        # the 2.10 variant of the point above: the same series entry, whose
+        # v2.10.0 form adds the whole opaque branch (2.10 has none)
+        series=("0003 torch/_dynamo/variables/builder.py::handle_traced_output",),
         build=_build_handle_traced_output_2_10,
         reason="reading an opaque attr off an intermediate subclass graph-broke ('torch.* op returned non-Tensor')",
         guarded_by=(

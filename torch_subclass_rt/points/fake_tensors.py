@@ -199,11 +199,6 @@ POINTS = [
     replace(
         _IS_FAKE,
         rebinds=tuple(m for m in _IS_FAKE_IMPORTERS if m != "torch._inductor.cudagraph_utils"),
-        series=(),
-        series_none=(
-            "the 2.10 variant of the point above, whose entries are its v2.11.0 "
-            "counterpart; a v2.10.0 series is not written yet"
-        ),
         **ONLY_2_10,
     ),
     PatchPoint(

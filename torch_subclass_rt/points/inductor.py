@@ -122,9 +122,11 @@ POINTS = [
         target="torch._inductor.codecache:FxGraphCachePickler.__init__",
         build=_build_pickler_init_2_10,
         reason="cache key pickled a reference opaque (a process group: cache bypassed)",
-        series_none=(
-            "the 2.10 form of inductor.FxGraphCachePickler._reduce_fake_script_object "
-            "(2.10 has no such method); a v2.10.0 series is not written yet"
+        # the 2.10 form of inductor.FxGraphCachePickler._reduce_fake_script_object
+        # (2.10 has no such method: the series adds it with its table entry)
+        series=(
+            "0005 torch/_inductor/codecache.py::FxGraphCachePickler.__init__",
+            "0005 torch/_inductor/codecache.py::FxGraphCachePickler._reduce_fake_script_object",
         ),
         guarded_by=(
             "test/test_inductor_cache_key.py::TestInductorCacheKeyWithOpaque::test_unpicklable_reference_opaque_is_cached",

@@ -39,12 +39,8 @@ from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ._versions import ONLY_2_10
 
-#: the series note for every point here (points/__init__.py checks that a
-#: point declares its series counterpart or why it has none)
-_NO_V2_11_COUNTERPART = (
-    "torch 2.11.0 has this already; its counterpart belongs to a v2.10.0 "
-    "series (not written yet), not to the v2.11.0 one"
-)
+#: every point here is patch 0000 of the v2.10.0 series (Note [One numbering
+#: for every series] in tools/series_map.py); torch 2.11 has it already
 _SCHEMAS = "torch._functorch._aot_autograd.schemas"
 
 
@@ -365,7 +361,9 @@ POINTS = [
         target="torch._library.fake_class_registry:maybe_to_fake_obj",
         build=_build_maybe_to_fake_obj,
         reason="the fake of a reference opaque had no real_obj (None)",
-        series_none=_NO_V2_11_COUNTERPART,
+        series=(
+            "0000 torch/_library/fake_class_registry.py::maybe_to_fake_obj",
+        ),
         guarded_by=(_BACKWARD_TEST,),
         **ONLY_2_10,
     ),
@@ -374,7 +372,9 @@ POINTS = [
         target="torch.fx.experimental.symbolic_shapes:_iterate_exprs",
         build=_build_iterate_exprs,
         reason="'cannot extract sympy expressions' from a saved opaque",
-        series_none=_NO_V2_11_COUNTERPART,
+        series=(
+            "0000 torch/fx/experimental/symbolic_shapes.py::_iterate_exprs",
+        ),
         guarded_by=(_BACKWARD_TEST,),
         **ONLY_2_10,
     ),
@@ -383,7 +383,9 @@ POINTS = [
         target="torch._functorch.partitioners:_extract_fwd_bwd_modules",
         build=_build_extract_fwd_bwd_modules,
         reason="a saved opaque went to save_for_backward with the tensors",
-        series_none=_NO_V2_11_COUNTERPART,
+        series=(
+            "0000 torch/_functorch/partitioners.py::_extract_fwd_bwd_modules",
+        ),
         guarded_by=(_BACKWARD_TEST,),
         **ONLY_2_10,
     ),
@@ -392,7 +394,9 @@ POINTS = [
         target="torch._functorch.partitioners:solve_min_cut",
         build=_build_solve_min_cut,
         reason="the min-cut partitioner found no cut past an opaque node (weight inf)",
-        series_none=_NO_V2_11_COUNTERPART,
+        series=(
+            "0000 torch/_functorch/partitioners.py::solve_min_cut",
+        ),
         guarded_by=(_BACKWARD_TEST,),
         **ONLY_2_10,
     ),
@@ -401,7 +405,9 @@ POINTS = [
         target="torch._functorch._aot_autograd.graph_compile:_aot_stage2a_partition",
         build=_build_aot_stage2a_partition,
         reason="the count of opaques saved for backward was not recorded",
-        series_none=_NO_V2_11_COUNTERPART,
+        series=(
+            "0000 torch/_functorch/_aot_autograd/graph_compile.py::_aot_stage2a_partition",
+        ),
         guarded_by=(_BACKWARD_TEST,),
         **ONLY_2_10,
     ),
@@ -412,7 +418,9 @@ POINTS = [
         build=lambda _: None,
         new_attribute=True,
         reason="no field for the count of opaques saved for backward",
-        series_none=_NO_V2_11_COUNTERPART,
+        series=(
+            "0000 torch/_functorch/_aot_autograd/schemas.py::ViewAndMutationMeta",
+        ),
         guarded_by=(_BACKWARD_TEST,),
         **ONLY_2_10,
     ),
@@ -421,7 +429,9 @@ POINTS = [
         target=f"{_SCHEMAS}:ViewAndMutationMeta.tensors_saved_for_backwards_slice",
         build=_build_tensors_saved_slice,
         reason="the saved-tensor slice took the saved opaques as tensors",
-        series_none=_NO_V2_11_COUNTERPART,
+        series=(
+            "0000 torch/_functorch/_aot_autograd/schemas.py::ViewAndMutationMeta.tensors_saved_for_backwards_slice",
+        ),
         guarded_by=(_BACKWARD_TEST,),
         **ONLY_2_10,
     ),
@@ -431,7 +441,9 @@ POINTS = [
         build=_build_opaques_saved_slice,
         new_attribute=True,
         reason="no slice for the saved opaques",
-        series_none=_NO_V2_11_COUNTERPART,
+        series=(
+            "0000 torch/_functorch/_aot_autograd/schemas.py::ViewAndMutationMeta.opaque_objects_saved_for_backwards_slice",
+        ),
         guarded_by=(_BACKWARD_TEST,),
         **ONLY_2_10,
     ),
@@ -440,7 +452,11 @@ POINTS = [
         target="torch._functorch._aot_autograd.runtime_wrappers:AOTDispatchAutograd.post_compile",
         build=_build_autograd_post_compile,
         reason="saved opaques were not kept on the ctx for the backward",
-        series_none=_NO_V2_11_COUNTERPART,
+        series=(
+            "0000 torch/_functorch/_aot_autograd/runtime_wrappers.py::AOTDispatchAutograd.post_compile",
+            "0001 torch/_functorch/_aot_autograd/runtime_wrappers.py::AOTDispatchAutograd.post_compile",
+            "0001 torch/_functorch/_aot_autograd/runtime_wrappers.py::_compiled_autograd_opaque_error",
+        ),
         guarded_by=(
             _BACKWARD_TEST,
             "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU"
@@ -453,7 +469,9 @@ POINTS = [
         target="torch._dynamo.variables.builder:VariableBuilder._can_lift_attrs_to_inputs",
         build=_build_can_lift_attrs_to_inputs,
         reason="no duplicate-input guard for an opaque shared by two subclass inputs",
-        series_none=_NO_V2_11_COUNTERPART,
+        series=(
+            "0000 torch/_dynamo/variables/builder.py::VariableBuilder._can_lift_attrs_to_inputs",
+        ),
         guarded_by=(
             "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU"
             "::test_shared_opaque_identity_guard_cpu",
@@ -465,7 +483,9 @@ POINTS = [
         target="torch._inductor.graph:GraphLowering.output",
         build=_build_graph_lowering_output,
         reason="Inductor asserted that no graph output is an opaque",
-        series_none=_NO_V2_11_COUNTERPART,
+        series=(
+            "0000 torch/_inductor/graph.py::GraphLowering.output",
+        ),
         guarded_by=(_INDUCTOR_TEST,),
         **ONLY_2_10,
     ),
