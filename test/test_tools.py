@@ -2,8 +2,8 @@
 verify_patches, upstream).
 
 Most tests use a small fake torch tree and a fake series (fast, any torch).
-Tests that need the real series need torch 2.11.0's sources and are skipped
-with a reason elsewhere.
+Tests that need the real series run on a torch that has one (2.10.0,
+2.11.0: its own series) and are skipped with a reason elsewhere.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from tools import _common, ablate_points, make_checkout  # noqa: E402
 from torch_subclass_rt._torch_compat import torch_version  # noqa: E402
 
 TORCH_VERSION = torch_version()
-SERIES_VERSION = "2.11.0"
+#: the series of the running torch, where it has one (2.10.0, 2.11.0)
+SERIES_VERSION = TORCH_VERSION
 REAL_SERIES = REPO / "patches" / f"v{SERIES_VERSION}"
 needs_series_torch = unittest.skipUnless(
-    TORCH_VERSION == SERIES_VERSION,
-    f"needs the torch {SERIES_VERSION} sources the series is written against "
-    f"(this is torch {TORCH_VERSION})",
+    any(REAL_SERIES.glob("*.patch")),
+    f"needs a torch with a patch series (patches/v<version>/), whose sources "
+    f"the series is written against (this is torch {TORCH_VERSION})",
 )
 
 
@@ -267,6 +268,25 @@ class TestVerifyPatches(ToolTestCase):
         self.assertNotEqual(proc.returncode, 0, proc.stdout)
         self.assertIn("FAILED: verify_patches", proc.stderr)
         self.assertIn("suite in patched mode failed", proc.stderr)
+
+    def test_in_tree_tests_are_the_series_own(self) -> None:
+        # the test files the series adds, in series order, each once; a
+        # series for another base runs what it adds, nothing it does not
+        from tools import verify_patches
+
+        def patch(name: str, *paths: str) -> Path:
+            p = self.tmp / name
+            p.write_text("".join(f"diff --git a/{x} b/{x}\n" for x in paths))
+            return p
+
+        series = [
+            patch("0001-a.patch", "torch/a.py"),
+            patch("0002-b.patch", "test/test_b.py", "test/data/b.json"),
+            patch("0003-c.patch", "torch/c.py", "test/test_b.py"),
+            patch("0004-d.patch", "test/test_a.py"),
+        ]
+        self.assertEqual(verify_patches.in_tree_tests(series), ["test/test_b.py", "test/test_a.py"])
+        self.assertEqual(verify_patches.in_tree_tests(series[:1]), [])
 
     def test_in_tree_test_never_accepts(self) -> None:
         # With EXPECTTEST_ACCEPT=1 set by whoever runs verify_patches, the
