@@ -9,11 +9,12 @@ package ships the same pair of classes, and ``tsrt.OpaqueBase`` is this one.
 ``tsrt.register_opaque`` requires it on 2.10, as 2.11's
 ``register_opaque_type`` requires 2.11's.
 
-Note [OpaqueBase on torch 2.10]: the instance check below and torch 2.11's
-``OpaqueBaseMeta.__instancecheck__`` must answer alike (the v2.10.0 series
-adds 2.11's module itself). Unlike 2.11's, it reads ``real_obj`` without
+Note [OpaqueBase on torch 2.10]: the instance check below, torch 2.11's
+``OpaqueBaseMeta.__instancecheck__`` and the ``torch/_opaque_base.py``
+that patch 0000 of the v2.10.0 series adds must answer alike. Unlike
+2.11's, this one and the series' read ``real_obj`` without
 ``FakeScriptObject.__getattribute__`` (whose failure message is about fake
-kernels) and answers False for a fake without a real object: 2.10's own
+kernels) and answer False for a fake without a real object: 2.10's own
 ``maybe_to_fake_obj`` makes those until ``install()`` gives it one.
 """
 
