@@ -71,7 +71,7 @@ def test_compiled():
 
 
 class TestCompare(unittest.TestCase):
-    def run_compare(self, suite_source: str, tmp: Path) -> subprocess.CompletedProcess:
+    def run_compare(self, suite_source: str, tmp: Path, *extra: str) -> subprocess.CompletedProcess:
         (tmp / "test_suite.py").write_text(textwrap.dedent(suite_source))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
@@ -81,16 +81,23 @@ class TestCompare(unittest.TestCase):
             env.pop(var, None)
         return subprocess.run(
             [sys.executable, "-m", "torch_subclass_rt", "compare", "--quiet", "--keep",
-             str(tmp / "runs"), "--", "-q", "test_suite.py"],
+             str(tmp / "runs"), *extra, "--", "-q", "test_suite.py"],
             cwd=tmp, env=env, capture_output=True, text=True, timeout=600,
         )
 
     def test_planted_differences_are_reported(self):
+        self._planted_differences_are_reported()
+
+    def test_planted_differences_are_reported_parallel(self):
+        # the two arms at once: the same report
+        self._planted_differences_are_reported("--parallel")
+
+    def _planted_differences_are_reported(self, *extra):
         import tempfile
 
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
-            proc = self.run_compare(PLANTED, tmp)
+            proc = self.run_compare(PLANTED, tmp, *extra)
             out = proc.stdout
             self.assertEqual(proc.returncode, 1, out + proc.stderr)
             self.assertIn("3 test(s) differ (stock -> with install()):", out)
