@@ -198,6 +198,24 @@ class TestOpaqueSubclassParity(TestCase):
         cnt = CompileCounterWithBackend(backend)
         return torch.compile(fn, backend=cnt, fullgraph=True), cnt
 
+    def test_inductor_fwd_bwd(self, device):
+        # ours: forward and backward compiled by Inductor, the grad rebuilt
+        # with the opaque the forward saved for the backward (an Inductor
+        # graph output: torch 2.10's GraphLowering.output refused one)
+        def fn(x):
+            return (x.sin() * 2).sum()
+
+        opt, cnt = self._compile(fn, backend="inductor")
+        for name in ("first", "second"):
+            x = _grid_tensor(name, requires_grad=True)
+            ref = x.data_.detach().clone().requires_grad_(True)
+            opt(x).backward()
+            (ref.sin() * 2).sum().backward()
+            self.assertIsInstance(x.grad, GridTensor)
+            self.assertIs(x.grad.grid, x.grid)
+            self.assertEqual(x.grad.data_, ref.grad)
+        self.assertEqual(cnt.frame_count, 1)
+
     def test_inplace_mutation_of_subclass_input_with_grad(self, device):
         # ours: 2.11 read `.elem` of the opaque while collecting the
         # mutation counters of the mutated input during joint tracing.
