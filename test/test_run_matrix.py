@@ -1,5 +1,7 @@
 """Tests of tools/run_matrix.py: installs retried one at a time, tests run
-without touching the network, a session that never installed is reported.
+without touching the network, a session that never installed is reported,
+and with --discard-venvs an install waits for disk space while another
+session holds a virtualenv, which goes when its session ends.
 
 No nox is run: the subprocess runner is a fake that records each command.
 """
@@ -11,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 import unittest.mock
 from pathlib import Path
@@ -132,6 +135,113 @@ class TestRunMatrix(RunMatrixTestCase):
         ):
             self.assertEqual(run_matrix.main(["tests(torch='2.11.0')", "tests(torch='2.13.0')"]), 1)
         self.assertIn("NOT INSTALLED tests(torch='2.13.0')", self.stdout.getvalue())
+
+
+class FakeDisk:
+    """Free space that each live virtualenv takes ``venv_gib`` of; records
+    what happened in order."""
+
+    def __init__(self, total_gib: float, venv_gib: float):
+        self.total, self.venv = total_gib, venv_gib
+        self.live: set[str] = set()
+        self.events: list[str] = []
+        self.lock = threading.Lock()
+
+    def free(self) -> float:
+        with self.lock:
+            return self.total - self.venv * len(self.live)
+
+    def discard(self, session: str) -> None:
+        with self.lock:
+            self.live.discard(session)
+            self.events.append(f"discard {session}")
+
+
+class TestDiskGate(RunMatrixTestCase):
+    SESSIONS = ["tests(torch='2.11.0')", "tests(torch='2.10.0')", "tests(torch='2.13.0')"]
+
+    def matrix(self, disk, needs_gib=9.0, test_codes=None, hold_first=False):
+        codes = test_codes or {}
+        peak = [0]
+
+        def install(s, d, l):
+            with disk.lock:
+                disk.live.add(s)
+                peak[0] = max(peak[0], len(disk.live))
+                disk.events.append(f"install {s}")
+            return codes.get(s, (True, 0))[0]
+
+        def test(s, d, l):
+            if hold_first and s == self.SESSIONS[0]:
+                # the next install must find this session's virtualenv on disk
+                deadline = time.monotonic() + 5
+                while "waiting for another" not in self.stdout.getvalue() and time.monotonic() < deadline:
+                    time.sleep(0.005)
+            with disk.lock:
+                disk.events.append(f"test {s}")
+            return s, codes.get(s, (True, 0))[1], 0.0
+
+        gate = run_matrix.DiskGate(needs_gib, free=disk.free, discard=disk.discard, poll_s=0.01)
+        results = run_matrix.run_matrix(self.SESSIONS, self.log_dir, self.lock, 2,
+                                        install=install, test=test, gate=gate)
+        return results, peak[0]
+
+    def test_venv_dir_is_the_one_nox_makes(self):
+        self.assertEqual(run_matrix.venv_dir("tests(torch='2.11.0')"),
+                         REPO / ".nox" / "tests-torch-2-11-0")
+        self.assertEqual(run_matrix.venv_dir("bench"), REPO / ".nox" / "bench")
+
+    def test_an_install_waits_for_another_sessions_venv_to_go(self):
+        # room for one virtualenv only: sessions go one after another
+        disk = FakeDisk(total_gib=12.0, venv_gib=5.0)
+        results, peak = self.matrix(disk, hold_first=True)
+        self.assertEqual([rc for _, rc, _ in results], [0, 0, 0])
+        self.assertEqual(peak, 1)
+        self.assertEqual(disk.live, set())
+        for s in self.SESSIONS:
+            i = disk.events.index(f"install {s}")
+            self.assertEqual(disk.events[i:i + 3], [f"install {s}", f"test {s}", f"discard {s}"])
+        self.assertIn("waiting for another session's virtualenv to go", self.stdout.getvalue())
+
+    def test_with_room_two_sessions_hold_venvs_at_once(self):
+        disk = FakeDisk(total_gib=100.0, venv_gib=5.0)
+        results, peak = self.matrix(disk)
+        self.assertEqual([rc for _, rc, _ in results], [0, 0, 0])
+        self.assertLessEqual(peak, 2)
+        self.assertEqual(disk.live, set())
+        installs = [e for e in disk.events if e.startswith("install")]
+        self.assertEqual(installs, [f"install {s}" for s in self.SESSIONS])
+
+    def test_a_lone_install_goes_ahead_on_a_full_disk(self):
+        # nothing to wait for: the install tries, and says how much was free if it fails
+        disk = FakeDisk(total_gib=1.0, venv_gib=5.0)
+        results, _ = self.matrix(disk)
+        self.assertEqual([rc for _, rc, _ in results], [0, 0, 0])
+
+    def test_a_failed_install_discards_its_venv_and_is_not_tested(self):
+        disk = FakeDisk(total_gib=12.0, venv_gib=5.0)
+        results, _ = self.matrix(disk, test_codes={"tests(torch='2.10.0')": (False, 0)})
+        self.assertEqual([rc for _, rc, _ in results], [0, run_matrix.INSTALL_FAILED, 0])
+        self.assertNotIn("test tests(torch='2.10.0')", disk.events)
+        self.assertIn("discard tests(torch='2.10.0')", disk.events)
+        self.assertEqual(disk.live, set())
+
+    def test_a_failed_session_still_lets_go_of_its_venv(self):
+        disk = FakeDisk(total_gib=12.0, venv_gib=5.0)
+        results, _ = self.matrix(disk, test_codes={"tests(torch='2.11.0')": (True, 1)})
+        self.assertEqual([rc for _, rc, _ in results], [1, 0, 0])
+        self.assertEqual(disk.live, set())
+
+    def test_discard_venvs_flag_turns_off_pips_cache(self):
+        with unittest.mock.patch.object(run_matrix, "run_matrix", return_value=[]) as rm, \
+                unittest.mock.patch.dict("os.environ", {}) as environ:
+            environ.pop("PIP_NO_CACHE_DIR", None)
+            run_matrix.main(["--discard-venvs", "tests(torch='2.11.0')"])
+            self.assertEqual(environ.get("PIP_NO_CACHE_DIR"), "1")
+        self.assertIsInstance(rm.call_args.kwargs["gate"], run_matrix.DiskGate)
+        with unittest.mock.patch.object(run_matrix, "run_matrix", return_value=[]) as rm:
+            run_matrix.main(["tests(torch='2.11.0')"])
+        self.assertIsNone(rm.call_args.kwargs["gate"])
 
 
 if __name__ == "__main__":

@@ -14,10 +14,18 @@ Installing and testing are two phases per session. Installs run one at a
 time (``nox --install-only``), each retried up to :data:`INSTALL_ATTEMPTS`
 times with pip told to resume broken downloads: the CUDA wheels of torch,
 triton and the nvidia libraries come to several GB per release, and one
-dropped connection must not fail a 25-minute matrix. One at a time, so a
-later session finds the wheels an earlier one put in pip's cache. A session's
-tests (``nox --no-install``, no network) start as soon as its install is done,
-while the next session installs.
+dropped connection must not fail a 25-minute matrix. A session's tests
+(``nox --no-install``, no network) start as soon as its install is done,
+while another session installs.
+
+Each virtualenv of a CUDA build takes about 5 GB. With ``--discard-venvs``
+(CI: a fresh clone never reuses them) a session's virtualenv is removed as
+soon as its tests end, pip keeps no cache, and an install waits until
+:data:`INSTALL_NEEDS_GIB` are free on the disk or no other session holds a
+virtualenv: the disk is shared, and an install that fills it fails the
+matrix (stop 18's CI run: "No space left on device" installing the fifth
+torch while four virtualenvs sat finished). Without the flag the
+virtualenvs stay for reuse (``nox -r``) and installs do not wait.
 
 Sessions start longest first (the order of :data:`LONGEST_FIRST`, then the
 rest as ``nox --list`` gives them); each one's output goes to
@@ -53,6 +61,23 @@ INSTALL_BACKOFF_S = 30.0
 PIP_ENV = {"PIP_RESUME_RETRIES": "50", "PIP_RETRIES": "10"}
 #: the result code of a session whose install never succeeded
 INSTALL_FAILED = -1
+#: free space an install waits for (--discard-venvs) while another session
+#: holds a virtualenv: a CUDA build's virtualenv (4.7-5.5 GB for torch
+#: 2.10-2.14) plus pip's temporary copy of the wheels it unpacks
+INSTALL_NEEDS_GIB = 9.0
+#: seconds between looks at the disk while an install waits
+DISK_POLL_S = 15.0
+
+
+def venv_dir(session: str) -> Path:
+    """The virtualenv nox makes for ``session`` (nox's own naming:
+    non-word characters to dashes, lower case)."""
+    name = re.sub(r"[^\w\s-]", "-", session).strip().lower()
+    return REPO_ROOT / ".nox" / re.sub(r"[-\s]+", "-", name).strip("-")
+
+
+def free_gib() -> float:
+    return shutil.disk_usage(REPO_ROOT).free / 2**30
 
 
 def default_sessions() -> list[str]:
@@ -136,14 +161,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
                     help="sessions at a time (default: the number of cores)")
+    ap.add_argument("--discard-venvs", action="store_true",
+                    help="remove each session's virtualenv when its tests end, keep no pip "
+                         f"cache, and start an install only with {INSTALL_NEEDS_GIB:g} GiB "
+                         "free or no other virtualenv on disk (CI)")
     ap.add_argument("sessions", nargs="*", help="default: every tests session")
     args = ap.parse_args(argv)
+    if args.discard_venvs:
+        # downloads would otherwise stay in ~/.cache/pip beside the venvs
+        os.environ.setdefault("PIP_NO_CACHE_DIR", "1")
     sessions = args.sessions or default_sessions()
     log_dir = REPO_ROOT / ".nox" / "matrix-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
     start = time.monotonic()
-    results = run_matrix(sessions, log_dir, lock, args.jobs)
+    results = run_matrix(sessions, log_dir, lock, args.jobs,
+                         gate=DiskGate() if args.discard_venvs else None)
     print(f"\nmatrix: {len(results)} sessions, {args.jobs} at a time, "
           f"{(time.monotonic() - start) / 60:.1f} min")
     for session, rc, took in results:
@@ -152,19 +185,74 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(rc == 0 for _, rc, _ in results) else 1
 
 
+class DiskGate:
+    """Holds an install back while the disk has less than ``needs_gib``
+    free and another session still has its virtualenv; removes a session's
+    virtualenv when the session is done with it."""
+
+    def __init__(self, needs_gib: float = INSTALL_NEEDS_GIB, free=free_gib,
+                 discard=lambda s: shutil.rmtree(venv_dir(s), ignore_errors=True),
+                 poll_s: float = DISK_POLL_S):
+        self.needs_gib, self.free, self.discard, self.poll_s = needs_gib, free, discard, poll_s
+        self.holding = 0
+        self.cond = threading.Condition()
+
+    def before_install(self, session: str, print_lock: threading.Lock) -> None:
+        with self.cond:
+            said = False
+            while self.holding and self.free() < self.needs_gib:
+                if not said:
+                    with print_lock:
+                        print(f"----- {session}: waiting for another session's virtualenv to go "
+                              f"({self.free():.1f} GiB free, an install needs {self.needs_gib:g})",
+                              flush=True)
+                    said = True
+                # woken when a session lets go; polled too, as other
+                # processes on the machine free space of their own
+                self.cond.wait(self.poll_s)
+            self.holding += 1
+
+    def release(self, session: str) -> None:
+        self.discard(session)
+        with self.cond:
+            self.holding -= 1
+            self.cond.notify_all()
+
+
 def run_matrix(
     sessions: list[str], log_dir: Path, lock: threading.Lock, jobs: int,
-    install=install_session, test=run_session,
+    install=install_session, test=run_session, gate: DiskGate | None = None,
 ) -> list[tuple[str, int, float]]:
-    """Install the sessions one after another; each one's tests go to a pool
-    of ``jobs`` workers as soon as its install is done. Results in the order
-    of ``sessions``."""
-    futures = {}
+    """Run ``jobs`` sessions at a time, each installing (one install at a
+    time, in the order of ``sessions``) and then testing; with a ``gate``,
+    an install waits for disk space and a session's virtualenv goes when it
+    is done. Results in the order of ``sessions``."""
+    install_lock = threading.Lock()
+    # installs keep the order of `sessions` even when a later lane frees first
+    turn = threading.Condition()
+    next_up = [0]
+
+    def one(index: int, session: str) -> tuple[str, int, float]:
+        with turn:
+            turn.wait_for(lambda: next_up[0] == index)
+        try:
+            with install_lock:
+                if gate is not None:
+                    gate.before_install(session, lock)
+                installed = install(session, log_dir, lock)
+        finally:
+            with turn:
+                next_up[0] += 1
+                turn.notify_all()
+        try:
+            return test(session, log_dir, lock) if installed else (session, INSTALL_FAILED, 0.0)
+        finally:
+            if gate is not None:
+                gate.release(session)
+
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for session in sessions:
-            if install(session, log_dir, lock):
-                futures[session] = pool.submit(test, session, log_dir, lock)
-    return [futures[s].result() if s in futures else (s, INSTALL_FAILED, 0.0) for s in sessions]
+        futures = [pool.submit(one, i, s) for i, s in enumerate(sessions)]
+        return [f.result() for f in futures]
 
 
 if __name__ == "__main__":
