@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 import nox
 
@@ -45,12 +46,20 @@ FIX_TESTS = "test/test_upstream_fixes.py"
 RANKS_TESTS = "test/test_distributed_opaque_ranks.py"
 
 
+def _step(session: nox.Session, *args: str, **kwargs) -> None:
+    """session.run, then how long it took: the matrix has a 30-minute
+    target, and nox itself times only whole sessions."""
+    start = time.monotonic()
+    session.run(*args, **kwargs)
+    session.log(f"step took {(time.monotonic() - start) / 60:.1f} min: {' '.join(args[:6])}")
+
+
 def _run_suite(
     session: nox.Session, mode: str, dump_dir: str, env: dict[str, str], ignore: tuple[str, ...] = ()
 ) -> None:
     shutil.rmtree(dump_dir, ignore_errors=True)
     session.log(f"suite in mode {mode}" + (f", without {', '.join(ignore)}" if ignore else ""))
-    session.run(*PYTEST, *(f"--ignore={f}" for f in ignore),
+    _step(session, *PYTEST, *(f"--ignore={f}" for f in ignore),
                 env={**env, "TSRT_MODE": mode, "TSRT_DUMP_DIR": dump_dir})
 
 
@@ -69,7 +78,7 @@ def _series_suites() -> tuple[str, ...]:
 def _run_files(session: nox.Session, mode: str, files: list[str], env: dict[str, str]) -> None:
     session.log(f"{' '.join(files)} in mode {mode}")
     # -rxs: list each xfail (a bug shown in plain native) with its reason
-    session.run(*PYTEST[:3], *files, "-q", "-p", "no:cacheprovider", "-rxs",
+    _step(session, *PYTEST[:3], *files, "-q", "-p", "no:cacheprovider", "-rxs",
                 env={**env, "TSRT_MODE": mode})
 
 
@@ -114,17 +123,17 @@ def tests(session: nox.Session, torch: str) -> None:
         # test passes without either); the other twelve are guarded. Put it
         # back with a guarding test for each.
         # the v2.10.0 series: applies, passes in-tree, dumps equal the backport's
-        session.run("python", "tools/verify_patches.py", "--base", "v2.10.0", env=env)
+        _step(session, "python", "tools/verify_patches.py", "--base", "v2.10.0", env=env)
     elif torch == "2.11.0":
         # verify_patches runs the series' suites in backport mode (and
         # patched, comparing dumps): not run twice here
         _run_suite(session, "backport", os.path.join(dumps, "backport"), env,
                    ignore=_series_suites())
         # each patch point, left out alone, fails the tests in its guarded_by
-        session.run("python", "tools/ablate_points.py", "--mode", "backport", "-j", "2", env=env)
+        _step(session, "python", "tools/ablate_points.py", "--mode", "backport", "-j", "2", env=env)
         # the same change as a git-am series: applies to v2.11.0, the suite
         # passes on the patched torch without this package, dumps identical
-        session.run("python", "tools/verify_patches.py", "--base", "v2.11.0", env=env)
+        _step(session, "python", "tools/verify_patches.py", "--base", "v2.11.0", env=env)
     elif torch in ("2.12.1", "2.14.1"):
         _run_suite(session, "native+fixes", os.path.join(dumps, "native+fixes"), env,
                    ignore=(RANKS_TESTS,))
@@ -134,8 +143,8 @@ def tests(session: nox.Session, torch: str) -> None:
         _run_suite(session, "forced", os.path.join(dumps, "forced"), env, ignore=(RANKS_TESTS,))
         # Both runs already matched the same expected files; this also
         # catches a dump that one mode produced and the other did not.
-        session.run(
-            "diff", "-r", os.path.join(dumps, "native"), os.path.join(dumps, "forced"),
+        _step(
+            session, "diff", "-r", os.path.join(dumps, "native"), os.path.join(dumps, "forced"),
             external=True,
         )
         _run_files(session, "native+fixes", [FIX_TESTS, "test/test_install.py"], env)
