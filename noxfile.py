@@ -51,7 +51,8 @@ def _step(session: nox.Session, *args: str, **kwargs) -> None:
     """session.run, then how long it took: the matrix has a 30-minute
     target, and nox itself times only whole sessions."""
     start = time.monotonic()
-    session.run(*args, **kwargs)
+    if session.run(*args, **kwargs) is None:
+        return  # not run: --install-only
     session.log(f"step took {(time.monotonic() - start) / 60:.1f} min: {' '.join(args[:6])}")
 
 
