@@ -170,6 +170,40 @@ class TestDerivedSubmesh(TestCase):
         self._check(lambda x: (x * 2, record(x._local.detach(), x.mesh["tp"])), x_grad=True)
 
 
+@unittest.skipUnless(MODE == "backport", "derived_submesh is a torch 2.11 point (backport mode)")
+class TestReconstructFnLookup(TestCase):
+    """The tracer asks for the reconstruction of every argument's class;
+    the lookup is cached per class and must still answer for a class that
+    cannot be a cache key."""
+
+    def test_mesh_classes_have_one_and_others_none(self):
+        from torch_subclass_rt.points import derived_submesh
+
+        class SubMesh(DeviceMesh):
+            pass
+
+        self.assertIsNotNone(derived_submesh.reconstruct_fn(DeviceMesh))
+        self.assertIsNotNone(derived_submesh.reconstruct_fn(SubMesh))
+        for cls in (int, torch.Tensor, torch.fx.Node, type(None)):
+            self.assertIsNone(derived_submesh.reconstruct_fn(cls))
+
+    def test_unhashable_class(self):
+        from torch_subclass_rt.points import derived_submesh
+
+        class Meta(type):
+            __hash__ = None
+
+            def __eq__(cls, other):
+                return cls is other
+
+        class Odd(metaclass=Meta):
+            pass
+
+        with self.assertRaises(TypeError):
+            hash(Odd)
+        self.assertIsNone(derived_submesh.reconstruct_fn(Odd))
+
+
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests
 

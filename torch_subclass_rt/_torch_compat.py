@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import importlib
 import re
+import sys
 from typing import Any
 
 import torch
@@ -73,7 +74,11 @@ def has_native_support(version: str | None = None) -> bool:
 
 
 def _module(name: str) -> Any:
-    return importlib.import_module(name)
+    # sys.modules first: import_module takes the import lock and costs
+    # about a microsecond, and the opaque-type checks that call this run
+    # once per FX argument while tracing (thousands per compile at N=1000)
+    mod = sys.modules.get(name)
+    return mod if mod is not None else importlib.import_module(name)
 
 
 @functools.cache

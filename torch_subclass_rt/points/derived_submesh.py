@@ -39,6 +39,7 @@ traces through the ``__getitem__`` above and the hook.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 from ..patching.registry import PatchPoint
@@ -108,13 +109,24 @@ def _reconstruct_submesh(mesh: Any, tracked_proxy: Callable[[Any], Any], tracked
     return submesh_op()(proxy, dims)
 
 
-def reconstruct_fn(cls: type) -> Callable[..., Any] | None:
-    """The reconstruction for instances of ``cls`` (2.13:
-    ``torch._library.opaque_object.get_reconstruct_fn``); only DeviceMesh
-    has one."""
+def _uncached_reconstruct_fn(cls: type) -> Callable[..., Any] | None:
     from torch.distributed.device_mesh import DeviceMesh
 
     return _reconstruct_submesh if issubclass(cls, DeviceMesh) else None
+
+
+_cached_reconstruct_fn = functools.lru_cache(maxsize=256)(_uncached_reconstruct_fn)
+
+
+def reconstruct_fn(cls: type) -> Callable[..., Any] | None:
+    """The reconstruction for instances of ``cls`` (2.13:
+    ``torch._library.opaque_object.get_reconstruct_fn``); only DeviceMesh
+    has one. Cached per class: the tracer asks for every argument of every
+    node it creates, and the answer depends on the class alone."""
+    try:
+        return _cached_reconstruct_fn(cls)
+    except TypeError:  # a class whose metaclass makes it unhashable
+        return _uncached_reconstruct_fn(cls)
 
 
 def fake_getitem(self: Any, key: Any) -> Any:
@@ -128,17 +140,18 @@ def fake_getitem(self: Any, key: Any) -> Any:
 def _try_reconstruct(tracer: Any, a: Any) -> Any:
     """The node for an untracked opaque ``a`` derived from tracked graph
     inputs, or None (torch 2.13: ``PythonKeyTracer._try_reconstruct_opaque``)."""
-    from torch._library.fake_class_registry import FakeScriptObject
-
     from .._torch_compat import is_registered_opaque_type, unwrap_fake_opaque
-    from .tracing import real_obj_proxies
 
     real = unwrap_fake_opaque(a)
-    if real is None or not is_registered_opaque_type(type(real)):
-        return None
+    # the class test first: it is cached and rejects every argument that is
+    # not a mesh (nodes, ints, lists) before the registry is asked
     fn = reconstruct_fn(type(real))
-    if fn is None:
+    if fn is None or not is_registered_opaque_type(type(real)):
         return None
+
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    from .tracing import real_obj_proxies
     side = real_obj_proxies(tracer)
 
     def tracked():
