@@ -227,8 +227,9 @@ def run_matrix(
     time, in the order of ``sessions``) and then testing; with a ``gate``,
     an install waits for disk space and a session's virtualenv goes when it
     is done. Results in the order of ``sessions``."""
-    install_lock = threading.Lock()
-    # installs keep the order of `sessions` even when a later lane frees first
+    # one install at a time, in the order of `sessions` even when a later
+    # lane frees first: the next index may start only once this one's
+    # install is over
     turn = threading.Condition()
     next_up = [0]
 
@@ -236,10 +237,9 @@ def run_matrix(
         with turn:
             turn.wait_for(lambda: next_up[0] == index)
         try:
-            with install_lock:
-                if gate is not None:
-                    gate.before_install(session, lock)
-                installed = install(session, log_dir, lock)
+            if gate is not None:
+                gate.before_install(session, lock)
+            installed = install(session, log_dir, lock)
         finally:
             with turn:
                 next_up[0] += 1
