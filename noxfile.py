@@ -46,6 +46,10 @@ FIX_TESTS = "test/test_upstream_fixes.py"
 #: point). Locally: TSRT_MODE=<mode> python -m pytest test/test_distributed_opaque_ranks.py
 RANKS_TESTS = "test/test_distributed_opaque_ranks.py"
 
+#: tests of ``python -m torch_subclass_rt compare``, which sets up its own
+#: stock and installed runs: once per torch, not once per mode
+COMPARE_TESTS = "test/test_compare.py"
+
 
 def _step(session: nox.Session, *args: str, **kwargs) -> None:
     """session.run, then how long it took: the matrix has a 30-minute
@@ -112,6 +116,25 @@ def _fuzz_settings(torch: str) -> dict[str, str]:
     }
 
 
+def _inductor_isa_env(session: nox.Session) -> dict[str, str]:
+    """TORCHINDUCTOR_VEC_ISA_OK=1 where it changes nothing but time.
+
+    Every process that compiles with Inductor builds and loads test
+    libraries to learn which vector ISAs it may use (about 10 s each here);
+    the matrix starts dozens of them. tools/vec_isa_probe.py runs that check
+    once and prints the setting only if trusting the CPU flags gives the same
+    ISAs. The environment wins."""
+    if "TORCHINDUCTOR_VEC_ISA_OK" in os.environ:
+        return {}
+    out = session.run("python", "tools/vec_isa_probe.py", silent=True)
+    # None: not run (--install-only); the output holds torch's warnings too
+    if out is None or "TORCHINDUCTOR_VEC_ISA_OK=1" not in (line.strip() for line in out.splitlines()):
+        session.log("Inductor checks the vector ISAs in every process")
+        return {}
+    session.log("Inductor's vector-ISA check agrees with the CPU flags: TORCHINDUCTOR_VEC_ISA_OK=1")
+    return {"TORCHINDUCTOR_VEC_ISA_OK": "1"}
+
+
 _CHECK_TORCH = (
     "import sys, torch; v = torch.__version__.split('+')[0]; "
     "sys.exit(None if v == sys.argv[1] else f'session for torch {sys.argv[1]} has torch {v}')"
@@ -128,7 +151,7 @@ def tests(session: nox.Session, torch: str) -> None:
     session.run("python", "-c", _CHECK_TORCH, torch)
     session.run("python", "-m", "torch_subclass_rt", "status", "--install")
     dumps = os.path.join(session.create_tmp(), "dumps")
-    env = {**_fresh_inductor_cache(session), **_fuzz_settings(torch)}
+    env = {**_fresh_inductor_cache(session), **_fuzz_settings(torch), **_inductor_isa_env(session)}
     if torch == "2.10.0":
         # the backport shares every point but a few with 2.11, whose session
         # ablates them; the 2-rank suite runs there too (same distributed
@@ -157,7 +180,10 @@ def tests(session: nox.Session, torch: str) -> None:
         _run_files(session, "native", [FIX_TESTS], env)
     else:
         _run_suite(session, "native", os.path.join(dumps, "native"), env)
-        _run_suite(session, "forced", os.path.join(dumps, "forced"), env, ignore=(RANKS_TESTS,))
+        # compare starts its own stock and installed pytest runs whatever
+        # TSRT_MODE says: the native run above ran the very same thing
+        _run_suite(session, "forced", os.path.join(dumps, "forced"), env,
+                   ignore=(RANKS_TESTS, COMPARE_TESTS))
         # Both runs already matched the same expected files; this also
         # catches a dump that one mode produced and the other did not.
         _step(

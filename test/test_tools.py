@@ -1,5 +1,5 @@
 """Tests of the patch-series tools in tools/ (make_checkout, apply_patches,
-verify_patches, upstream).
+verify_patches, upstream) and of the matrix's Inductor probe (vec_isa_probe).
 
 Most tests use a small fake torch tree and a fake series (fast, any torch).
 Tests that need the real series run on a torch that has one (2.10.0,
@@ -264,10 +264,13 @@ class TestVerifyPatches(ToolTestCase):
         first = sorted(patches.glob("0001-*.patch"))[0]
         drop_hunk(first, "out[0].append(_maybe_fakeify_opaque(t))")
         proc = run_tool("verify_patches.py", "--base", f"v{SERIES_VERSION}",
-                        "--patches-dir", str(patches), "--skip-backport-run")
+                        "--patches-dir", str(patches), "--skip-backport-run", "--fail-fast")
         self.assertNotEqual(proc.returncode, 0, proc.stdout)
         self.assertIn("FAILED: verify_patches", proc.stderr)
         self.assertIn("suite in patched mode failed", proc.stderr)
+        # stopped at the first failing test, and before the in-tree step
+        self.assertIn("stopping after 1 failures", proc.stderr)
+        self.assertNotIn("in-tree test", proc.stdout)
 
     def test_in_tree_tests_are_the_series_own(self) -> None:
         # the test files the series adds, in series order, each once; a
@@ -451,6 +454,38 @@ class TestAblatePoints(unittest.TestCase):
         out = run("no.such_point")
         self.assertTrue(out.startswith("refused"), out)
         self.assertIn("no.such_point", out)
+
+
+class TestVecIsaProbe(unittest.TestCase):
+    """tools/vec_isa_probe.py: the matrix trusts the CPU flags only where
+    Inductor's own check would agree."""
+
+    def test_a_failed_build_check_is_not_trusted(self) -> None:
+        from torch._inductor import cpu_vec_isa
+
+        from tools import vec_isa_probe
+
+        # asked the trusting way first, so Inductor's per-process caches
+        # hold "usable" for each ISA: the probe must not reuse those answers
+        trusted = vec_isa_probe.isa_names(trust_cpu_flags=True)
+        if not trusted:
+            self.skipTest("the CPU lists no vector ISA Inductor knows: nothing to trust")
+        with unittest.mock.patch.object(cpu_vec_isa.VecISA, "check_build", return_value=False):
+            self.assertEqual(vec_isa_probe.isa_names(trust_cpu_flags=False), [])
+            self.assertFalse(vec_isa_probe.skipping_is_safe())
+        # and the patched answers do not outlive the probe
+        self.assertEqual(vec_isa_probe.isa_names(trust_cpu_flags=True), trusted)
+
+    def test_prints_the_setting_only_when_safe(self) -> None:
+        from tools import vec_isa_probe
+
+        for safe, expected in ((True, vec_isa_probe.SETTING + "\n"), (False, "")):
+            with unittest.mock.patch.object(vec_isa_probe, "skipping_is_safe", return_value=safe), \
+                    unittest.mock.patch.object(vec_isa_probe, "isa_names", return_value=[]), \
+                    unittest.mock.patch("sys.stdout", new_callable=__import__("io").StringIO) as out, \
+                    unittest.mock.patch("sys.stderr", new_callable=__import__("io").StringIO):
+                self.assertEqual(vec_isa_probe.main(), 0)
+            self.assertEqual(out.getvalue(), expected)
 
 
 class TestUpstream(ToolTestCase):
