@@ -9,13 +9,17 @@ interleaved with the same function on plain tensors of the same shape:
 * ``fwd+bwd``: ``sum((x * 2 + 1).sum() for x in xs).backward()`` (the sum is
   compiled, the backward runs the compiled backward; ``.grad`` is reset to
   ``None`` after each call for both kinds of input)
-* ``compile``: the first call of ``fwd+bwd`` (trace, compile, one run).
+* ``compile``: the first call of ``fwd+bwd`` (trace, compile, one run);
+  with ``--compile-repeats R``, the median of R first calls of fresh
+  functions, subclass and plain in turn (one compile is a single sample,
+  and at N = 1000 its ratio varies by 0.3 between runs).
 
 Reported per N: subclass and plain µs per call, their ratio, and the extra
 µs per subclass input, ``(subclass - plain) / N``.
 
     python benchmarks/scaling.py [--mode native|backport|forced] [--n 1,10,100,1000]
-                                 [--calls K] [--repeats R] [--json OUT] [--plot OUT.png]
+                                 [--calls K] [--repeats R] [--compile-repeats R]
+                                 [--kinds fwd,fwd+bwd] [--json OUT] [--plot OUT.png]
     python benchmarks/scaling.py --combine RUN.json [RUN.json ...] [--plot OUT.png]
 
 ``--combine`` needs no torch: it reads the JSON of several runs (any torch
@@ -90,22 +94,30 @@ def _timed(fn, xs, calls: int) -> float:
     return (time.perf_counter() - t0) / calls * 1e6
 
 
-def measure(n: int, opaques: str, kind: str, calls: int, repeats: int, backend: str) -> dict:
+def measure(n: int, opaques: str, kind: str, calls: int, repeats: int, backend: str,
+            compile_repeats: int = 1) -> dict:
     import torch
 
     grad = kind != "fwd"
     row: dict[str, Any] = {"n": n, "opaques": opaques, "kind": kind}
     steps = {}
-    for variant in ("sub", "plain"):
-        xs = _inputs(n, opaques, variant == "sub", grad)
-        compiled = torch.compile(
-            _fresh_fn(kind, f"{variant}-{n}-{opaques}-{kind}"), backend=backend, fullgraph=True
-        )
-        step = _step(kind, compiled)
-        t0 = time.perf_counter()
-        step(xs)
-        row[f"compile_{variant}_s"] = time.perf_counter() - t0
-        steps[variant] = (step, xs)
+    compile_s: dict[str, list[float]] = {"sub": [], "plain": []}
+    inputs = {variant: _inputs(n, opaques, variant == "sub", grad) for variant in ("sub", "plain")}
+    for r in range(compile_repeats):  # in turn, so drift hits both alike
+        for variant in ("sub", "plain"):
+            xs = inputs[variant]
+            compiled = torch.compile(
+                _fresh_fn(kind, f"{variant}-{n}-{opaques}-{kind}-{r}"), backend=backend,
+                fullgraph=True,
+            )
+            step = _step(kind, compiled)
+            t0 = time.perf_counter()
+            step(xs)
+            compile_s[variant].append(time.perf_counter() - t0)
+            steps[variant] = (step, xs)
+    for variant, samples in compile_s.items():
+        row[f"compile_{variant}_s"] = statistics.median(samples)
+        row[f"compile_{variant}_samples"] = samples
     if n and kind == "fwd":
         out = steps["sub"][0](steps["sub"][1])
         assert all(o.mesh is x.mesh for o, x in zip(out, steps["sub"][1]))
@@ -140,8 +152,9 @@ def run(args: argparse.Namespace) -> list[dict]:
     rows = []
     for n in args.n:
         for opaques in args.opaques:
-            for kind in KINDS:
-                row = measure(n, opaques, kind, args.calls, args.repeats, args.backend)
+            for kind in args.kinds:
+                row = measure(n, opaques, kind, args.calls, args.repeats, args.backend,
+                              args.compile_repeats)
                 row["config"] = label
                 rows.append(row)
                 torch._dynamo.reset()
@@ -280,6 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=500,
                         help="calls per timed sample at N <= 10 (fewer for larger N)")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--compile-repeats", type=int, default=1,
+                        help="first calls of fresh functions per variant; the compile figure is their median")
+    parser.add_argument("--kinds", type=lambda s: s.split(","), default=list(KINDS),
+                        help="fwd, fwd+bwd or both (default)")
     parser.add_argument("--backend", default="aot_eager")
     parser.add_argument("--json", help="write the rows of this run here")
     parser.add_argument("--plot", help="write a PNG plot here (needs matplotlib)")
@@ -294,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
         for opaques in args.opaques:
             if opaques not in ("distinct", "shared"):
                 parser.error(f"--opaques: distinct or shared, got {opaques!r}")
+        for kind in args.kinds:
+            if kind not in KINDS:
+                parser.error(f"--kinds: {' or '.join(KINDS)}, got {kind!r}")
+        if args.compile_repeats < 1:
+            parser.error("--compile-repeats: at least 1")
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         print(HEADER, flush=True)
         rows = run(args)

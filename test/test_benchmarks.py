@@ -58,6 +58,27 @@ class TestScalingBenchmark(unittest.TestCase):
             else:
                 self.assertTrue(os.path.getsize(plot) > 0)
 
+    def test_compile_repeats_and_kinds(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            run = os.path.join(tmp, "run.json")
+            self.run_script("--mode", MODE, "--n", "2", "--calls", "3", "--repeats", "1",
+                            "--opaques", "shared", "--kinds", "fwd+bwd", "--compile-repeats", "3",
+                            "--json", run)
+            (row,) = json.loads(Path(run).read_text())
+            self.assertEqual((row["n"], row["kind"], row["opaques"]), (2, "fwd+bwd", "shared"))
+            for variant in ("sub", "plain"):
+                samples = row[f"compile_{variant}_samples"]
+                self.assertEqual(len(samples), 3)
+                self.assertEqual(row[f"compile_{variant}_s"], sorted(samples)[1])
+
+    def test_bad_kind_is_refused(self):
+        proc = subprocess.run(
+            [sys.executable, SCALING, "--kinds", "bwd"], capture_output=True, text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600,
+        )
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("--kinds: fwd or fwd+bwd, got 'bwd'", proc.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
