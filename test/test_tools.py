@@ -389,6 +389,31 @@ class TestAblatePoints(unittest.TestCase):
         self.assertEqual(report.results[0].tests, ("t1",))
         self.assertEqual(report.no_tests, ["a.two"])
 
+    def test_check_shares_the_pool_with_the_units(self) -> None:
+        # The check (every named test) was run alone before the units, with
+        # all but one of the jobs idle. With two jobs, a unit must start
+        # while the check still runs: the check here waits for one to.
+        import threading
+
+        unit_started = threading.Event()
+
+        class Runner(FakeRunner):
+            def __call__(self, excluded, tests):
+                if excluded:
+                    unit_started.set()
+                elif not unit_started.wait(timeout=10):
+                    raise AssertionError("no unit ran while the check was running")
+                return super().__call__(excluded, tests)
+
+        points = [_point("a.one", "t1"), _point("a.two", "t2", "t_forced"), _point("a.three", "t_forced")]
+        run = Runner({"t1": ["a.one"], "t2": ["a.two"]}, skipped=["t_forced"])
+        report = ablate_points.ablate(points, run, jobs=2)
+        self.assertEqual((report.unguarded, report.broken_tests), ([], []))
+        # the same report a check-first run gives: skipped tests left out
+        self.assertEqual([(r.excluded, r.tests) for r in report.results],
+                         [(("a.one",), ("t1",)), (("a.two",), ("t2",))])
+        self.assertEqual(report.no_tests, ["a.three"])
+
     def test_group_is_left_out_together(self) -> None:
         points = [_point("a.one", "t1"), _point("a.two", "t1"), _point("b.three", "t3")]
         run = FakeRunner({"t1": ["a.one"], "t3": ["b.three"]})

@@ -164,22 +164,30 @@ def ablate(
     groups: Iterable[str] = (),
     jobs: int = 1,
 ) -> Report:
-    """The check run, then one run per unit (see :func:`select_units`)."""
+    """The check run and one run per unit (see :func:`select_units`).
+
+    The check goes first into the same pool as the units rather than before
+    them: it is the longest run (every named test), and on its own it left
+    all but one of ``jobs`` idle. So a unit also runs the named tests the
+    check then finds skipped on this torch/mode; those are dropped from its
+    result afterwards, which gives the report a check-first run would."""
     units = select_units(points, names, groups)
     named = list(dict.fromkeys(t for _, tests in units for t in tests))
-    check = run((), named) if named else {}
-    check = {t: check.get(t, "missing") for t in named}
-    # skipped on this torch/mode: neither required to fail nor counted
-    units = [(ex, tuple(t for t in tests if check[t] != "skipped")) for ex, tests in units]
-    no_tests = [n for excluded, tests in units if not tests for n in excluded]
-    todo = [Result(excluded, tests) for excluded, tests in units if tests]
-
-    def one(r: Result) -> Result:
-        r.outcomes = run(r.excluded, r.tests)
-        return r
-
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        results = list(pool.map(one, todo))
+        check_run = pool.submit(run, (), named) if named else None
+        unit_runs = [pool.submit(run, ex, tests) if tests else None for ex, tests in units]
+        check = check_run.result() if check_run is not None else {}
+        check = {t: check.get(t, "missing") for t in named}
+        results: list[Result] = []
+        no_tests: list[str] = []
+        for (excluded, tests), unit_run in zip(units, unit_runs):
+            outcomes = unit_run.result() if unit_run is not None else {}
+            # skipped on this torch/mode: neither required to fail nor counted
+            kept = tuple(t for t in tests if check[t] != "skipped")
+            if kept:
+                results.append(Result(excluded, kept, outcomes))
+            else:
+                no_tests.extend(excluded)
     return Report(check, results, no_tests)
 
 
