@@ -69,16 +69,22 @@ def _run_suite(
                 env={**env, "TSRT_MODE": mode, "TSRT_DUMP_DIR": dump_dir})
 
 
-def _series_suites() -> tuple[str, ...]:
-    """The test files tools/verify_patches.py runs in backport mode itself."""
+def _tool(name: str):
+    """tools/<name>.py as a module, for the constants the sessions share
+    with it (neither module imports torch at module level)."""
+    import importlib
     import sys
 
     root = os.path.dirname(os.path.abspath(__file__))
     if root not in sys.path:
         sys.path.insert(0, root)
-    from tools.verify_patches import REPO_ROOT, SUITES
+    return importlib.import_module(f"tools.{name}")
 
-    return tuple(str(p.relative_to(REPO_ROOT)) for p in SUITES)
+
+def _series_suites() -> tuple[str, ...]:
+    """The test files tools/verify_patches.py runs in backport mode itself."""
+    verify_patches = _tool("verify_patches")
+    return tuple(str(p.relative_to(verify_patches.REPO_ROOT)) for p in verify_patches.SUITES)
 
 
 def _run_files(session: nox.Session, mode: str, files: list[str], env: dict[str, str]) -> None:
@@ -124,15 +130,17 @@ def _inductor_isa_env(session: nox.Session) -> dict[str, str]:
     the matrix starts dozens of them. tools/vec_isa_probe.py runs that check
     once and prints the setting only if trusting the CPU flags gives the same
     ISAs. The environment wins."""
-    if "TORCHINDUCTOR_VEC_ISA_OK" in os.environ:
+    setting = _tool("vec_isa_probe").SETTING
+    key, _, value = setting.partition("=")
+    if key in os.environ:
         return {}
     out = session.run("python", "tools/vec_isa_probe.py", silent=True)
     # None: not run (--install-only); the output holds torch's warnings too
-    if out is None or "TORCHINDUCTOR_VEC_ISA_OK=1" not in (line.strip() for line in out.splitlines()):
+    if out is None or setting not in (line.strip() for line in out.splitlines()):
         session.log("Inductor checks the vector ISAs in every process")
         return {}
-    session.log("Inductor's vector-ISA check agrees with the CPU flags: TORCHINDUCTOR_VEC_ISA_OK=1")
-    return {"TORCHINDUCTOR_VEC_ISA_OK": "1"}
+    session.log(f"Inductor's vector-ISA check agrees with the CPU flags: {setting}")
+    return {key: value}
 
 
 _CHECK_TORCH = (

@@ -8,6 +8,7 @@ Tests that need the real series run on a torch that has one (2.10.0,
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
@@ -505,10 +506,11 @@ class TestVecIsaProbe(unittest.TestCase):
         from tools import vec_isa_probe
 
         for safe, expected in ((True, vec_isa_probe.SETTING + "\n"), (False, "")):
-            with unittest.mock.patch.object(vec_isa_probe, "skipping_is_safe", return_value=safe), \
-                    unittest.mock.patch.object(vec_isa_probe, "isa_names", return_value=[]), \
-                    unittest.mock.patch("sys.stdout", new_callable=__import__("io").StringIO) as out, \
-                    unittest.mock.patch("sys.stderr", new_callable=__import__("io").StringIO):
+            answers = {False: ["avx2"], True: ["avx2"] if safe else ["avx512", "avx2"]}
+            with unittest.mock.patch.object(vec_isa_probe, "isa_names",
+                                            side_effect=lambda trust_cpu_flags: answers[trust_cpu_flags]), \
+                    unittest.mock.patch("sys.stdout", new_callable=io.StringIO) as out, \
+                    unittest.mock.patch("sys.stderr", new_callable=io.StringIO):
                 self.assertEqual(vec_isa_probe.main(), 0)
             self.assertEqual(out.getvalue(), expected)
 
