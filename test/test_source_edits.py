@@ -69,6 +69,13 @@ def _identity_decorator(f):
     return f
 
 
+_DEFAULT = object()
+
+
+def _keyword_only(x, *, scale=_DEFAULT):
+    return x, scale
+
+
 @_identity_decorator
 def _decorated(x):
     return x + 1
@@ -134,6 +141,21 @@ class TestEditMechanics(TestCase):
         self.assertNotIn(HELPERS_NAME, fn.__globals__, "torch's module globals untouched")
         i = fn.__code__.co_freevars.index(HELPERS_NAME)
         self.assertIs(fn.__closure__[i].cell_contents, _edit_api)
+
+    def test_keyword_added_by_an_edit_keeps_its_default(self):
+        # opaque_members.register_opaque_type adds guard_fn=None, members=None
+        # to torch 2.10's signature; the copy takes torch's own default
+        # objects (scale is _DEFAULT itself, not a re-evaluated one) and the
+        # added parameter keeps the default the edit gave it
+        fn = edited_function(
+            _keyword_only,
+            [
+                Edit("def _keyword_only(x, *, scale=_DEFAULT):", "def _keyword_only(x, *, scale=_DEFAULT, shift=3):"),
+                Edit("return x, scale", "return x + shift, scale"),
+            ],
+        )
+        self.assertEqual(fn(1), (4, _DEFAULT))
+        self.assertEqual(fn(1, shift=0, scale=2), (1, 2))
 
     def test_decorated_target_refused(self):
         with self.assertRaisesRegex(PatchError, r"_decorated is decorated \(@_identity_decorator\)"):

@@ -209,8 +209,13 @@ def edited_function(
     new.__qualname__ = func.__qualname__
     new.__module__ = func.__module__
     new.__doc__ = func.__doc__
-    new.__defaults__ = func.__defaults__
-    new.__kwdefaults__ = func.__kwdefaults__
+    # torch's default objects, not the copy's re-evaluated ones (a default
+    # that is a function another point replaces must stay the original);
+    # a parameter an edit adds keeps the default the edit gave it
+    if len(new.__defaults__ or ()) == len(func.__defaults__ or ()):
+        new.__defaults__ = func.__defaults__
+    if new.__kwdefaults__ or func.__kwdefaults__:
+        new.__kwdefaults__ = {**(new.__kwdefaults__ or {}), **(func.__kwdefaults__ or {})}
     new.__tsrt_edited_source__ = EditedSource(  # type: ignore[attr-defined]
         target=where, original=original, edited=source, filename=filename
     )
