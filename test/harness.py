@@ -75,13 +75,28 @@ def current_mode() -> Mode:
 # --------------------------------------------------------------------------
 # opaque members (torch >= 2.11)
 
-#: torch 2.10's opaque registration takes no ``guard_fn`` / ``members``
-#: (``tsrt.register_opaque`` refuses them there)
-HAS_OPAQUE_MEMBERS = _torch_compat.has_opaque_members()
+#: torch 2.10's own opaque registration takes no ``guard_fn`` / ``members``;
+#: ``install()`` gives it 2.11's (points/opaque_members.py), so they exist
+#: in the backport mode and with a patched torch, not in a stock 2.10
+HAS_OPAQUE_MEMBERS = _torch_compat.has_opaque_members() or current_mode() == Mode.BACKPORT
 needs_opaque_members = __import__("unittest").skipUnless(
     HAS_OPAQUE_MEMBERS,
     f"reads an opaque's members in compiled code or relies on its guard_fn: "
-    f"torch {_torch_compat.torch_version()} has no opaque members (torch >= 2.11)",
+    f"torch {_torch_compat.torch_version()} has no opaque members without install() "
+    "(torch >= 2.11 has them)",
+)
+
+
+#: a *value* opaque's members read in compiled code: torch 2.11 reworked
+#: value opaques in Dynamo (a fake with members, built without a source from
+#: the constructor's arguments, hoisting); install() gives torch 2.10 the
+#: members of reference opaques only (points/opaque_members.py), and 2.10's
+#: Dynamo keeps reading any attribute of a value opaque, as stock 2.10 does
+needs_value_opaque_members = __import__("unittest").skipUnless(
+    torch_major_minor() >= (2, 11),
+    f"reads a value opaque's members in compiled code: torch {_torch_compat.torch_version()} "
+    "treats value opaques as plain constants (torch 2.11 added their members; install() "
+    "on 2.10 gives members to reference opaques only)",
 )
 
 

@@ -73,7 +73,8 @@ class TestOpaqueBaseOn210(TestCase):
 
         ours = harness.torch_major_minor() == (2, 10)
         self.assertEqual(tsrt.OpaqueBase is _opaque_base.OpaqueBase, ours)
-        self.assertEqual(compat.has_opaque_members(), not ours)
+        # torch 2.10 has them while install() is active (opaque_members.py)
+        self.assertEqual(compat.has_opaque_members(), not ours or MODE == "backport")
 
     @unittest.skipUnless(harness.torch_major_minor() == (2, 10), "torch 2.10's registration")
     def test_registration_on_210(self):
@@ -88,16 +89,69 @@ class TestOpaqueBaseOn210(TestCase):
         class WithMembers(tsrt.OpaqueBase):
             start = 0
 
-        with self.assertRaisesRegex(TypeError, r"cannot take guard_fn, members.*torch 2.11.*Register without them"):
-            tsrt.register_opaque(WithMembers, typ="reference", guard_fn=lambda o: [o.start], members={})
-        self.assertFalse(compat.is_registered_opaque_type(WithMembers))
-        tsrt.register_opaque(WithMembers, typ="reference")
+        guard_fn = lambda o: [o.start]  # noqa: E731
+        tsrt.uninstall()
+        try:
+            with self.assertRaisesRegex(
+                TypeError, r"cannot take guard_fn, members before torch_subclass_rt.install\(\).*Call tsrt.install\(\) first"
+            ):
+                tsrt.register_opaque(WithMembers, typ="reference", guard_fn=guard_fn, members={})
+            self.assertFalse(compat.is_registered_opaque_type(WithMembers))
+        finally:
+            harness.setup_mode()
+        # with install(): torch 2.11's members and guard_fn
+        from torch._library.opaque_object import MemberType, get_member_type, get_opaque_obj_info
+
+        tsrt.register_opaque(
+            WithMembers, typ="reference", guard_fn=guard_fn, members={"start": MemberType.USE_REAL}
+        )
         self.assertTrue(compat.is_reference_opaque_type(WithMembers))
+        self.assertIs(get_opaque_obj_info(WithMembers).guard_fn, guard_fn)
+        self.assertIs(get_member_type(WithMembers, "start"), MemberType.USE_REAL)
+        self.assertIsNone(get_member_type(WithMembers, "other"))
+        obj = WithMembers()
+        obj.start = 7
         with FakeTensorMode() as mode:
-            fake = maybe_to_fake_obj(mode, WithMembers())
+            fake = maybe_to_fake_obj(mode, obj)
         # install() gave 2.10's maybe_to_fake_obj 2.11's real_obj
-        # (torch_2_11_base.maybe_to_fake_obj); without it the fake is of nothing
+        # (torch_2_11_base.maybe_to_fake_obj); without it the fake is of
+        # nothing. The fake carries the registered member, read off obj.
         self.assertTrue(compat.is_opaque_attr(fake))
+        self.assertEqual(object.__getattribute__(fake, "start"), 7)
+
+    @unittest.skipUnless(harness.torch_major_minor() == (2, 10) and MODE == "backport", "torch 2.10 with install()")
+    def test_member_registration_errors_on_210(self):
+        import torch_subclass_rt as tsrt
+        from torch._library.opaque_object import MemberType
+
+        class Value(tsrt.OpaqueBase):
+            def __eq__(self, other):
+                return isinstance(other, Value)
+
+            def __hash__(self):
+                return 0
+
+            def __repr__(self):
+                return "Value()"
+
+        with self.assertRaisesRegex(TypeError, r"value-type opaque is guarded by __eq__.*Drop guard_fn"):
+            tsrt.register_opaque(Value, typ="value", guard_fn=lambda o: [])
+        self.assertFalse(compat.is_registered_opaque_type(Value))
+
+        class Kinds(tsrt.OpaqueBase):
+            pass
+
+        with self.assertRaisesRegex(TypeError, r"members=\{'size': 'USE_REAL'\}.*MemberType.USE_REAL or MemberType.INLINED"):
+            tsrt.register_opaque(Kinds, typ="reference", members={"size": "USE_REAL"})
+
+        class Lacking(tsrt.OpaqueBase):
+            pass
+
+        tsrt.register_opaque(Lacking, typ="reference", members={"size": MemberType.USE_REAL})
+        with FakeTensorMode() as mode, self.assertRaisesRegex(
+            TypeError, r"Lacking is registered as an opaque type with member 'size'.*Remove it"
+        ):
+            maybe_to_fake_obj(mode, Lacking())
 
 
 if __name__ == "__main__":

@@ -31,8 +31,8 @@ import pytest
 MODE = harness.setup_mode()
 if not harness.HAS_OPAQUE_MEMBERS:
     raise unittest.SkipTest(
-        "DeviceMesh / ProcessGroup as opaque inner attrs build on torch 2.11 (opaque members, "
-        "DeviceMesh registered as an opaque); torch " + harness._torch_compat.torch_version() + " has neither"
+        "DeviceMesh / ProcessGroup as opaque inner attrs build on opaque members (torch >= 2.11, "
+        "or install() on torch 2.10); torch " + harness._torch_compat.torch_version() + " has none here"
     )
 
 import torch  # noqa: E402

@@ -24,8 +24,8 @@ import harness
 MODE = harness.setup_mode()
 if not harness.HAS_OPAQUE_MEMBERS:
     raise unittest.SkipTest(
-        "DeviceMesh / ProcessGroup as opaque inner attrs build on torch 2.11 (opaque members, "
-        "DeviceMesh registered as an opaque); torch " + harness._torch_compat.torch_version() + " has neither"
+        "DeviceMesh / ProcessGroup as opaque inner attrs build on opaque members (torch >= 2.11, "
+        "or install() on torch 2.10); torch " + harness._torch_compat.torch_version() + " has none here"
     )
 
 import torch  # noqa: E402
@@ -283,6 +283,18 @@ class TestDeviceMeshOpaque(TestCase):
             self.assertIs(out.mesh, mesh)
             self.assertEqual(out._local, torch.full((3,), 2.0, device=device))
         self.assertEqual(self.counter.frame_count, 1)
+
+    def test_unregistered_member_in_dynamo(self, device):
+        # x.mesh.<member the registration does not list> in the compiled
+        # function: a hard error naming the member and members=... (torch
+        # 2.11's Dynamo, and install()'s on 2.10, which otherwise refuses
+        # every member of a reference opaque without naming it)
+        f = self.compile(lambda x: x * len(x.mesh.get_all_groups()))
+        with self.assertRaises(Exception) as info:
+            f(MeshSharded(torch.randn(3, device=device), _mesh("dp")))
+        msg = str(info.exception)
+        self.assertIn("get_all_groups", msg)
+        self.assertIn("register_opaque_type(members=...)", msg)
 
     def test_submesh_of_2d_mesh(self, device):
         # a submesh (its root is a 2-D mesh) as the inner attr

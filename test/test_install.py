@@ -250,6 +250,20 @@ class TestInstall(InstallTestCase):
         expected = [p.name for p in registry.select(all_points(), VERSION, "backport")]
         self.assertEqual(list(st.points), expected)
 
+    @unittest.skipUnless(VERSION == "2.10.0", "torch 2.10's backport has no dtensor group")
+    def test_dtensor_opt_in_refused_on_torch_2_10(self):
+        # 2.11's opt-in group has no 2.10 points: refused before anything
+        # is touched, instead of an install that silently lacks it
+        from torch._library import opaque_object
+
+        before = (opaque_object.register_opaque_type, opaque_object._OPAQUE_TYPES)
+        with self.assertRaisesRegex(ValueError, r"install\(dtensor=True\): torch 2.10.0's backport has no dtensor group.*torch 2.11.0 only.*Nothing was installed"):
+            tsrt.install(dtensor=True)
+        self.assertEqual(tsrt.status().mode, "off")
+        self.assertFalse(hasattr(opaque_object, "MemberType"))
+        self.assertIs(opaque_object.register_opaque_type, before[0])
+        self.assertIs(opaque_object._OPAQUE_TYPES, before[1])
+
     @unittest.skipIf(
         VERSION not in _torch_compat.FORCED_VERSIONS,
         f"forced mode exists on torch {', '.join(_torch_compat.FORCED_VERSIONS)} only",

@@ -309,6 +309,7 @@ class TestOpaqueSubclassParity(TestCase):
         self.assertEqual(cnt.frame_count, 1)
 
     @harness.needs_opaque_members
+    @harness.needs_value_opaque_members
     def test_tensor_subclass_with_opaque_attr(self, device):
         # after upstream's test of the same name: a reference opaque among the
         # inner attrs and a value opaque in the context, read through an
@@ -350,6 +351,7 @@ class TestOpaqueSubclassParity(TestCase):
         self.assertEqual(cnt.frame_count, 1)
 
     @harness.needs_opaque_members
+    @harness.needs_value_opaque_members
     def test_value_type_opaque_unregistered_member_is_not_a_subclass_error(self, device):
         # ours: reading an unregistered member of a value-type opaque is a
         # torch 2.12 opaque feature (2.11 requires `members=`), unrelated to

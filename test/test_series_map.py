@@ -400,6 +400,15 @@ class TestOneNumbering(unittest.TestCase):
                     if number != "0000":
                         self.assertEqual(subject, reference[number], f"v{version} patch {number}")
 
+    def test_v2_10_leaves_out_the_callable_value_fix_and_dtensor(self) -> None:
+        # patch 0000 gives torch 2.10 the opaque members (guard_fn,
+        # members=) that DeviceMesh / ProcessGroup as opaques (0012, 0013)
+        # and derived submeshes (0016, 0017) build on, so those are carried
+        self.assertEqual(
+            sorted(series_map.LEFT_OUT_OF_SERIES["2.10.0"]), ["0010", "0011", "0014", "0015"]
+        )
+        self.assertLessEqual({"0012", "0013", "0016", "0017"}, set(_subjects("2.10.0")))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -22,11 +22,12 @@ import harness
 import pytest
 
 MODE = harness.setup_mode()
-#: DeviceMesh as an opaque inner attr builds on torch 2.11 (opaque members)
+#: DeviceMesh as an opaque inner attr builds on opaque members (torch
+#: >= 2.11, or torch 2.10 with install())
 NEEDS_DEVICE_MESH_OPAQUE = pytest.mark.skipif(
     not harness.HAS_OPAQUE_MEMBERS,
-    reason="DeviceMesh as an opaque inner attr needs torch >= 2.11 (opaque members); "
-    "the demo's default --mesh handle runs here",
+    reason="DeviceMesh as an opaque inner attr needs opaque members (torch >= 2.11, "
+    "or install() on 2.10); the demo's default --mesh handle runs here",
 )
 
 import torch  # noqa: E402
@@ -96,7 +97,7 @@ def test_rank_error_in_compiled_step_fails_promptly():
 @NEEDS_DEVICE_MESH_OPAQUE
 def test_two_rank_gloo_demo_device_mesh():
     # the ShardTensor holds a DeviceMesh itself (an opaque on torch >= 2.12,
-    # and on 2.11 once install() ran), no handle; its dispatch reads the mesh
+    # and on 2.10 / 2.11 once install() ran), no handle; its dispatch reads the mesh
     # (ndim, size()) while tracing
     cfg = DemoConfig(mode=MODE, backend="inductor", steps=2, steps_second_mesh=2, mesh="device_mesh")
     results = run_ranks(cfg, timeout=DEMO_TIMEOUT)
@@ -104,22 +105,11 @@ def test_two_rank_gloo_demo_device_mesh():
     _check_results(cfg, results)
 
 
-@NEEDS_DEVICE_MESH_OPAQUE
-@pytest.mark.skipif(MODE != "backport", reason="torch 2.11: DeviceMesh is an opaque only with install()")
+@pytest.mark.skipif(MODE != "backport", reason="torch 2.10/2.11: DeviceMesh is an opaque only with install()")
 def test_device_mesh_refused_without_install():
-    # mode "native" on 2.11 installs nothing: refused before any rank starts
+    # mode "native" on 2.10/2.11 installs nothing: refused before any rank starts
     cfg = DemoConfig(mode="native", mesh="device_mesh")
     with pytest.raises(DemoFailure, match="DeviceMesh is not an opaque type here.*install\\(\\).*--mesh handle"):
-        run_ranks(cfg, timeout=DEMO_TIMEOUT)
-    _no_children_left()
-
-
-@pytest.mark.skipif(harness.HAS_OPAQUE_MEMBERS, reason="torch >= 2.11 runs the DeviceMesh demo")
-def test_device_mesh_refused_on_torch_2_10():
-    # the backport runs on 2.10, but DeviceMesh as an opaque does not: the
-    # demo says so (and what to use) before any rank starts
-    cfg = DemoConfig(mode=MODE, mesh="device_mesh")
-    with pytest.raises(DemoFailure, match="opaque members, which came with torch 2.11.*--mesh handle"):
         run_ranks(cfg, timeout=DEMO_TIMEOUT)
     _no_children_left()
 

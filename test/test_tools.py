@@ -292,6 +292,30 @@ class TestVerifyPatches(ToolTestCase):
         self.assertEqual(verify_patches.in_tree_tests(series), ["test/test_b.py", "test/test_a.py"])
         self.assertEqual(verify_patches.in_tree_tests(series[:1]), [])
 
+    def test_each_series_runs_what_it_carries(self) -> None:
+        # v2.10.0 carries DeviceMesh / ProcessGroup as opaques and derived
+        # submeshes (0012, 0013, 0016, 0017), not DTensor's mesh attr (0014,
+        # 0015): it runs their in-tree tests, and no DTensor suite
+        from tools import verify_patches
+
+        self.assertEqual(
+            verify_patches.in_tree_tests(_common.series(_common.series_dir("2.10.0"))),
+            [
+                "test/test_opaque_subclass_attrs.py",
+                "test/test_opaque_subclass_parity.py",
+                "test/test_device_mesh_opaque.py",
+                "test/test_device_mesh_derived_submesh.py",
+            ],
+        )
+        dtensor = REPO / "test" / "test_dtensor_opaque_mesh.py"
+        self.assertIn(dtensor, verify_patches.SUITES)
+        self.assertEqual(
+            verify_patches.suites_for("2.10.0"),
+            tuple(s for s in verify_patches.SUITES if s != dtensor),
+        )
+        self.assertIn(REPO / "test" / "test_device_mesh_opaque.py", verify_patches.suites_for("2.10.0"))
+        self.assertEqual(verify_patches.suites_for("2.11.0"), verify_patches.SUITES)
+
     def test_in_tree_test_never_accepts(self) -> None:
         # With EXPECTTEST_ACCEPT=1 set by whoever runs verify_patches, the
         # in-tree test's assertExpectedInline would rewrite the throwaway

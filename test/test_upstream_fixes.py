@@ -200,6 +200,7 @@ class TestUpstreamFixes(TestCase):
         fails_with=(torch._dynamo.exc.Unsupported,),
     )
     @harness.needs_opaque_members
+    @harness.needs_value_opaque_members
     def test_tensor_subclass_with_callable_opaque_attr(self):
         # Calling a method of a callable value opaque read off an
         # intermediate subclass (no source) graph-broke: only non-callable
@@ -213,6 +214,7 @@ class TestUpstreamFixes(TestCase):
         self.assertEqual(out, torch.full((3,), 6.0))
 
     @harness.needs_opaque_members
+    @harness.needs_value_opaque_members
     def test_non_callable_value_opaque_attr_still_works(self):
         # The control case of the one above: every release handles it, and
         # the fix must not change it.

@@ -131,7 +131,10 @@ def install(force: bool = False, dtensor: bool = False) -> Status:
         from .install_check import check_installed
 
         known = all_points()
-        points = _without_excluded(registry.select(known, version, mode, groups), known)
+        selected = registry.select(known, version, mode, groups)
+        if mode == Mode.BACKPORT:
+            _check_groups_exist(version, groups, selected)
+        points = _without_excluded(selected, known)
         _journal = registry.apply(points, self_check=check_installed)
         _mode = mode
         _groups = groups
@@ -142,6 +145,20 @@ def install(force: bool = False, dtensor: bool = False) -> Status:
 #: tools/ablate_points.py only (each point must make a test fail when it is
 #: the one left out); a torch installed this way is deliberately incomplete.
 EXCLUDE_ENV = "TSRT_EXCLUDE_POINTS"
+
+
+def _check_groups_exist(version: str, groups: frozenset, selected: list) -> None:
+    # an opt-in the backport of this release does not have (DTensor's
+    # opaque-mesh flatten is 2.11's: torch 2.10's DTensor and its sharding
+    # caches differ) is refused, not silently skipped
+    missing = sorted(g for g in groups if not any(p.group == g for p in selected))
+    if missing:
+        raise ValueError(
+            f"install({', '.join(f'{g}=True' for g in missing)}): torch {version}'s backport has "
+            f"no {', '.join(missing)} group (DTensor's mesh as an inner attr is backported to "
+            "torch 2.11.0 only; torch >= 2.13 flattens DTensor that way itself). Nothing was "
+            "installed; call install() without it."
+        )
 
 
 def _without_excluded(points: list, known: list) -> list:

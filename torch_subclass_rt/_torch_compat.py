@@ -10,7 +10,7 @@ Opaque API across releases:
 torch      base class                   registration
 =========  ===========================  ====================================
 2.10       ours: _opaque_base.OpaqueBase register_opaque_type(cls, *, typ);
-           (no torch._opaque_base)      no guard_fn / members
+           (no torch._opaque_base)      guard_fn / members once install() ran
 2.11–2.13  torch._opaque_base.OpaqueBase register_opaque_type(cls, typ=...)
 >=2.14     CustomClassBase (old name     register_custom_class(cls, typ=
            kept, deprecated)             "symbolic"|"constant")
@@ -96,7 +96,8 @@ def opaque_base() -> type:
 
 def has_opaque_members() -> bool:
     """Whether this torch's opaque registration takes ``guard_fn`` and
-    ``members`` (what Dynamo may read off an opaque; torch >= 2.11)."""
+    ``members`` (what Dynamo may read off an opaque): torch >= 2.11, and
+    torch 2.10 while ``install()`` is active (points/opaque_members.py)."""
     return hasattr(_opaque_object_module(), "MemberType")
 
 
@@ -120,7 +121,7 @@ def register_opaque(cls: type, typ: str = "reference", **kwargs: Any) -> type:
             "'value' (compared by __eq__, baked into the graph)"
         )
     mod = _opaque_object_module()
-    if not has_opaque_members():  # torch 2.10
+    if opaque_base() is not getattr(mod, "OpaqueBase", None):  # torch 2.10
         _check_registrable_on_2_10(cls, kwargs)
     new_api = getattr(mod, "register_custom_class", None)
     if new_api is not None:  # torch >= 2.14
@@ -142,14 +143,15 @@ def _check_registrable_on_2_10(cls: type, kwargs: dict[str, Any]) -> None:
             "has no torch._opaque_base; the package provides it). Declare "
             f"`class {cls.__name__}(tsrt.OpaqueBase): ...`."
         )
-    if kwargs:
+    if kwargs and not has_opaque_members():
         raise TypeError(
             f"register_opaque({cls.__qualname__}, {', '.join(f'{k}=...' for k in kwargs)}): "
-            f"torch {torch_version()} cannot take {', '.join(sorted(kwargs))}; "
-            "opaque members and guard_fn (what compiled code may read off an "
-            "opaque, and guards on it) came with torch 2.11. Register without "
-            "them (compiled code then passes the opaque through without "
-            "reading it), or use torch >= 2.11."
+            f"torch {torch_version()} cannot take {', '.join(sorted(kwargs))} before "
+            "torch_subclass_rt.install(): opaque members and guard_fn (what compiled "
+            "code may read off an opaque, and guards on it) came with torch 2.11, "
+            "and install() gives them to 2.10. Call tsrt.install() first, or register "
+            "without them (compiled code then passes the opaque through without "
+            "reading it)."
         )
 
 

@@ -316,34 +316,19 @@ def _new_mesh(cfg: DemoConfig, name: str) -> Any:
 
 
 def _installs_device_mesh(mode: str) -> bool:
-    """Whether a rank in this mode registers DeviceMesh via install()."""
+    """Whether a rank in this mode registers DeviceMesh via install()
+    (torch 2.10 and 2.11: points/distributed_opaques.py)."""
     from . import _torch_compat
 
-    version = _torch_compat.torch_version()
-    # 2.10: the backport runs, but DeviceMesh as an opaque builds on 2.11's
-    # opaque members (points/distributed_opaques.py is 2.11-only)
-    return (
-        mode in ("auto", Mode.BACKPORT)
-        and version in _torch_compat.BACKPORT_VERSIONS
-        and _torch_compat.has_opaque_members()
-    )
+    return mode in ("auto", Mode.BACKPORT) and _torch_compat.torch_version() in _torch_compat.BACKPORT_VERSIONS
 
 
 def _device_mesh_refusal() -> str:
-    from . import _torch_compat
-
-    if not _torch_compat.has_opaque_members():
-        return (
-            f"--mesh device_mesh: DeviceMesh cannot be an opaque type on torch "
-            f"{torch.__version__}: registering it builds on opaque members, which came "
-            "with torch 2.11 (install() registers it there; torch >= 2.12 does itself). "
-            "Use --mesh handle, which wraps the process group in a MeshHandle"
-        )
     return (
         f"--mesh device_mesh: DeviceMesh is not an opaque type here (torch "
         f"{torch.__version__}, mode without install()); torch >= 2.12 registers it, "
-        "torch 2.11 once torch_subclass_rt.install() ran (--mode auto or backport). "
-        "Or use --mesh handle, which wraps the process group in a MeshHandle"
+        "torch 2.10 and 2.11 once torch_subclass_rt.install() ran (--mode auto or "
+        "backport). Or use --mesh handle, which wraps the process group in a MeshHandle"
     )
 
 

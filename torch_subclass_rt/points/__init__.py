@@ -11,9 +11,10 @@ built (an edit that does not match fails the install, before anything is
 touched). Where 2.10 needs something else, the point is declared twice
 under one name: ``ONLY_2_11`` and ``ONLY_2_10`` (e.g. ``fake.is_fake``,
 whose importers differ), so status, ablation and the series map see one
-point per release. What 2.10 cannot take (DeviceMesh as an opaque, which
-builds on 2.11's opaque members) is ``ONLY_2_11``; what 2.11 already has
-and 2.10 lacks is ``torch_2_11_base`` (``ONLY_2_10``).
+point per release. What 2.10 cannot take (DTensor's opaque-mesh flatten,
+whose DTensor internals differ) is ``ONLY_2_11``; what 2.11 already has
+and 2.10 lacks is ``torch_2_11_base`` and ``opaque_members`` (opaque
+members and ``guard_fn``; ``ONLY_2_10``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..patching.registry import PatchPoint
 SUBSYSTEMS: tuple[str, ...] = (
     # torch 2.10 only: what 2.11 has and the rest builds on
     "torch_2_11_base",
+    "opaque_members",
     "aot_autograd",
     "functional",
     "tracing",
@@ -71,11 +73,6 @@ SERIES_WITHOUT_POINT: dict[str, str] = {
         )
         for unit in ("OpaqueBase", "OpaqueBaseMeta", "OpaqueBaseMeta.__instancecheck__")
     },
-    "0000 torch/_library/opaque_object.py::register_opaque_type": (
-        "requires OpaqueBase, as torch 2.11 does; on 2.10 tsrt.register_opaque "
-        "makes that check itself (_torch_compat._check_registrable_on_2_10) "
-        "instead of patching torch's registration"
-    ),
 }
 
 

@@ -22,6 +22,7 @@ from ._fake_opaque_attrs import attach, describe_flatten_attrs, opaque_attrs_of
 from .derived_submesh import is_opaque_node
 from .distributed_opaques import treat_as_opaque
 from .dtensor import flatten_ctx_ok
+from .opaque_members import opaque_type_info, set_registered_members
 from .torch_2_11_base import (
     is_fake_opaque,
     record_saved_opaques,
@@ -52,4 +53,7 @@ __all__ = [
     "record_saved_opaques",
     "refuse_compiled_autograd_with_opaques",
     "split_saved_opaques",
+    # opaque_members (torch 2.10): register_opaque_type, maybe_to_fake_obj
+    "opaque_type_info",
+    "set_registered_members",
 ]

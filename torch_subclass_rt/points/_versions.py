@@ -21,11 +21,6 @@ ONLY_2_11 = {"versions": frozenset({"2.11.0"}), "modes": frozenset({Mode.BACKPOR
 #: the backport on torch 2.10 only: what torch 2.11 already has
 #: (points/saved_opaques.py), or 2.10's variant of an ONLY_2_11 point
 ONLY_2_10 = {"versions": frozenset({"2.10.0"}), "modes": frozenset({Mode.BACKPORT})}
-#: RUNTIME without 2.10
-RUNTIME_FROM_2_11 = {
-    "versions": (BACKPORT - {"2.10.0"}) | FORCED,
-    "modes": frozenset({Mode.BACKPORT, Mode.FORCED}),
-}
 
 
 def upstream_fix(*versions: str) -> dict:

@@ -1,4 +1,4 @@
-"""A submesh derived inside traced code from a mesh graph input (torch 2.11).
+"""A submesh derived inside traced code from a mesh graph input (torch 2.10 / 2.11).
 
 torch 2.13 registers ``DeviceMesh`` with a ``reconstruct_fn``: when make_fx
 meets a mesh it does not track (``mesh["tp"]`` computed by the traced code
@@ -8,7 +8,8 @@ instead of baking the compile-time submesh into the graph as a constant. So
 every call's collectives run on a submesh of that call's mesh, and one
 graph serves equal meshes.
 
-torch 2.11 has none of the four pieces; this module gives them:
+torch 2.11 and 2.10 have none of the four pieces; this module gives them
+(2.10 with its own variant of the ``default_partition`` edit):
 
 * ``FakeScriptObject.__getitem__`` (new attribute): ``mesh["tp"]`` on the
   fake a ``__torch_dispatch__`` sees while AOTAutograd traces; without it,
@@ -44,7 +45,7 @@ from typing import Any, Callable
 
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._versions import ONLY_2_11
+from ._versions import ONLY_2_10, ONLY_2_11, ONLY_BACKPORT
 
 #: the Library that owns device_mesh::_get_submesh (kept alive: dropping it
 #: would deregister the op)
@@ -205,10 +206,11 @@ def is_opaque_node(node: Any) -> bool:
     ``torch._functorch._aot_autograd.graph_compile.is_opaque_node``)."""
     import torch
     from torch._library.fake_class_registry import FakeScriptObject
-    from torch._library.opaque_object import is_opaque_value
+    from torch._library.opaque_object import is_opaque_type
 
     val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return isinstance(val, (torch.ScriptObject, FakeScriptObject)) or is_opaque_value(val)
+    # is_opaque_type(type(val)): 2.11's is_opaque_value, which 2.10 lacks
+    return isinstance(val, (torch.ScriptObject, FakeScriptObject)) or is_opaque_type(type(val))
 
 
 def _build_default_partition(original):
@@ -238,30 +240,53 @@ def _build_default_partition(original):
     )
 
 
-POINTS = [
-    PatchPoint(
-        name="derived_submesh.default_partition",
-        target="torch._functorch.partitioners:default_partition",
-        build=_build_default_partition,
-        reason="a forward node that is an opaque (a derived submesh) is saved, not 'Expected ... to be a tensor'",
-        rebinds=("torch._functorch.aot_autograd", "torch._functorch.compilers"),
-        # imports half of inductor (0.5 s); a later import while installed
-        # copies the replacement, which uninstall() puts back
-        rebinds_if_loaded=("torch._inductor.pattern_matcher",),
-        default_args=(
-            "torch._functorch.aot_autograd:aot_function",
-            "torch._functorch.aot_autograd:aot_module_simplified",
-            "torch._functorch.aot_autograd:aot_compile_joint_with_descriptors",
-        ),
-        series=(
-            "0016 torch/_functorch/partitioners.py::default_partition",
-            "0016 torch/_functorch/partitioners.py::is_opaque_node",
-        ),
-        guarded_by=(
-            "test/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dynamo_backward",
-        ),
-        **ONLY_2_11,
+def _build_default_partition_2_10(original):
+    """``default_partition`` (torch 2.10.0): the edit of
+    :func:`_build_default_partition` on 2.10's spelling of the check (an
+    ``assert``; 2.11 raises). Differs from 2.10 as from 2.11."""
+    return edited_function(
+        original,
+        [
+            Edit(
+                """
+                assert is_tensor(node) or node.op != "call_function", (
+                """,
+                """
+                if __tsrt__.is_opaque_node(node):
+                    saved_values.append(node)
+                    continue
+                assert is_tensor(node) or node.op != "call_function", (
+                """,
+            ),
+        ],
+    )
+
+
+_DEFAULT_PARTITION = dict(
+    name="derived_submesh.default_partition",
+    target="torch._functorch.partitioners:default_partition",
+    reason="a forward node that is an opaque (a derived submesh) is saved, not 'Expected ... to be a tensor'",
+    rebinds=("torch._functorch.aot_autograd", "torch._functorch.compilers"),
+    # imports half of inductor (0.5 s); a later import while installed
+    # copies the replacement, which uninstall() puts back
+    rebinds_if_loaded=("torch._inductor.pattern_matcher",),
+    default_args=(
+        "torch._functorch.aot_autograd:aot_function",
+        "torch._functorch.aot_autograd:aot_module_simplified",
+        "torch._functorch.aot_autograd:aot_compile_joint_with_descriptors",
     ),
+    series=(
+        "0016 torch/_functorch/partitioners.py::default_partition",
+        "0016 torch/_functorch/partitioners.py::is_opaque_node",
+    ),
+    guarded_by=(
+        "test/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dynamo_backward",
+    ),
+)
+
+POINTS = [
+    PatchPoint(build=_build_default_partition, **_DEFAULT_PARTITION, **ONLY_2_11),
+    PatchPoint(build=_build_default_partition_2_10, **_DEFAULT_PARTITION, **ONLY_2_10),
     PatchPoint(
         name="derived_submesh.PythonKeyTracer.create_arg",
         target="torch.fx.experimental.proxy_tensor:PythonKeyTracer.create_arg",
@@ -283,7 +308,7 @@ POINTS = [
             "test/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dynamo",
             "test/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dispatch",
         ),
-        **ONLY_2_11,
+        **ONLY_BACKPORT,
     ),
     PatchPoint(
         name="derived_submesh.FakeScriptObject.__getitem__",
@@ -295,6 +320,6 @@ POINTS = [
         guarded_by=(
             "test/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dispatch",
         ),
-        **ONLY_2_11,
+        **ONLY_BACKPORT,
     ),
 ]

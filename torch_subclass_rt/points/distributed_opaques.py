@@ -1,4 +1,4 @@
-"""``DeviceMesh`` and ``ProcessGroup`` as reference opaques on torch 2.11.
+"""``DeviceMesh`` and ``ProcessGroup`` as reference opaques on torch 2.10 / 2.11.
 
 From torch 2.12, ``torch.distributed`` registers both as reference-type
 opaques (``_register_distributed_opaque_types`` in
@@ -39,6 +39,13 @@ The points:
 
 A submesh *derived* in traced code from a mesh input (2.13's
 ``reconstruct_fn``) is ``derived_submesh.py``.
+
+torch 2.10 takes the same points (its registry, ``_wrap`` and
+``FakeScriptObject`` read alike) once ``opaque_members.py`` has given it
+2.11's members and ``guard_fn``, with two 2.10 variants: the instance check
+is on the package's own ``OpaqueBase`` (2.10 has no ``torch._opaque_base``),
+and ``_wrap`` also installs the ``guard_fn`` guard 2.10 lacks. 2.10's
+DeviceMesh lacks three of the members 2.13 lists; they are left out there.
 """
 
 from __future__ import annotations
@@ -47,15 +54,17 @@ import functools
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
+from .. import _torch_compat
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._versions import ONLY_2_11, RUNTIME_FROM_2_11
+from ._versions import ONLY_2_10, ONLY_2_11, ONLY_BACKPORT, RUNTIME
 
 
 # Note [Distributed opaque members]
 # The member lists and the guard are 2.13's (torch/distributed/device_mesh.py,
 # _register_distributed_opaque_types). Keep in sync with that function and with
-# the series' copy in patches/v2.11.0 (0012).
+# the series' copies in patches/v2.11.0 and patches/v2.10.0 (0012; 2.10's
+# leaves out _NOT_ON_2_10_DEVICE_MESH).
 _PROCESS_GROUP_MEMBERS = {
     "size": "USE_REAL",
     "rank": "USE_REAL",
@@ -122,14 +131,34 @@ def distributed_opaque_classes() -> dict[type, tuple[dict[str, Any], Any]]:
 
     if not dist.is_available():
         return {}
-    from torch._library.opaque_object import MemberType
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.distributed_c10d import ProcessGroup
 
+    member_type = _member_type()
+    mesh_members = dict(_DEVICE_MESH_MEMBERS)
+    if _torch_compat.torch_version() == "2.10.0":
+        for name in _NOT_ON_2_10_DEVICE_MESH:
+            del mesh_members[name]
     return {
-        ProcessGroup: ({k: MemberType[v] for k, v in _PROCESS_GROUP_MEMBERS.items()}, None),
-        DeviceMesh: ({k: MemberType[v] for k, v in _DEVICE_MESH_MEMBERS.items()}, _device_mesh_guard),
+        ProcessGroup: ({k: member_type[v] for k, v in _PROCESS_GROUP_MEMBERS.items()}, None),
+        DeviceMesh: ({k: member_type[v] for k, v in mesh_members.items()}, _device_mesh_guard),
     }
+
+
+#: members of 2.13's list that torch 2.10's DeviceMesh does not have (its
+#: process groups have no registry; no coordinate as a SymInt); a registered
+#: member the object lacks is refused when its fake is made
+_NOT_ON_2_10_DEVICE_MESH = ("_pg_registry", "_is_current_rank_part_of_mesh", "_sym_get_coordinate")
+
+
+def _member_type() -> Any:
+    # torch 2.11's enum, or on 2.10 the one opaque_members installs there
+    from torch._library import opaque_object
+
+    member_type = getattr(opaque_object, "MemberType", None)
+    if member_type is None:
+        from .opaque_members import MemberType as member_type
+    return member_type
 
 
 class _Overlay(MutableMapping):
@@ -184,11 +213,16 @@ def _type_infos() -> dict[type, Any]:
     import torch
     from torch._library.opaque_object import _OpaqueTypeInfo
 
+    from .opaque_members import opaque_type_info
+
     infos = {}
     for cls, (members, guard_fn) in distributed_opaque_classes().items():
         name = f"{cls.__module__}.{cls.__qualname__}"
-        # 2.11's info has no reconstruct_fn field (see the module docstring)
-        infos[cls] = _OpaqueTypeInfo(name, "reference", guard_fn, members, False)
+        if "members" in _OpaqueTypeInfo.__dataclass_fields__:
+            # 2.11's info has no reconstruct_fn field (see the module docstring)
+            infos[cls] = _OpaqueTypeInfo(name, "reference", guard_fn, members, False)
+        else:  # torch 2.10: opaque_members' info with 2.11's fields
+            infos[cls] = opaque_type_info(cls, name, "reference", guard_fn, members)
         if not torch._C._is_opaque_type_registered(name):
             # The C++ side only knows names (custom-op schemas may name the
             # type); it cannot be unregistered and needs no undoing: without
@@ -215,16 +249,17 @@ def _build_opaque_types_by_name(original):
 def _build_instancecheck(original):
     def __instancecheck__(cls, instance):
         """Replaces ``torch._opaque_base.OpaqueBaseMeta.__instancecheck__``
-        (torch 2.11.0) with 2.13's rule for ``OpaqueBase`` itself: an
+        (torch 2.11.0; on 2.10.0 the package's own
+        ``torch_subclass_rt._opaque_base.OpaqueBaseMeta.__instancecheck__``,
+        Note [OpaqueBase on torch 2.10]) with 2.13's rule for ``OpaqueBase`` itself: an
         instance of any registered opaque type, or a FakeScriptObject of one
         (``DeviceMesh`` / ``ProcessGroup`` do not derive from ``OpaqueBase``
         on 2.11). For a concrete subclass, 2.11's nominal check is kept.
         """
         from torch._library.fake_class_registry import FakeScriptObject
         from torch._library.opaque_object import is_opaque_type
-        from torch._opaque_base import OpaqueBase
 
-        if cls is OpaqueBase:
+        if cls is _torch_compat.opaque_base():
             if type.__instancecheck__(cls, instance):
                 return True
             if isinstance(instance, FakeScriptObject):
@@ -255,31 +290,57 @@ def _build_wrap(original):
     ProcessGroupVariable. Note [install() is transparent without opaques]:
     identical (torch's own source; only an inner attr marked by the
     ``wrap_tensor`` edit, i.e. an opaque, takes the new path)."""
-    return edited_function(
-        original,
-        [
-            Edit(
-                """
-                elif ProcessGroupVariable.is_process_group(value):
-                """,
-                """
-                elif ProcessGroupVariable.is_process_group(value) and not (
-                    __tsrt__.treat_as_opaque(self, value)
-                ):
-                """,
-            ),
-            Edit(
-                """
-                elif DeviceMeshVariable.is_device_mesh(value):
-                """,
-                """
-                elif DeviceMeshVariable.is_device_mesh(value) and not (
-                    __tsrt__.treat_as_opaque(self, value)
-                ):
-                """,
-            ),
-        ],
-    )
+    return edited_function(original, _WRAP_EDITS)
+
+
+_WRAP_EDITS = [
+    Edit(
+        """
+        elif ProcessGroupVariable.is_process_group(value):
+        """,
+        """
+        elif ProcessGroupVariable.is_process_group(value) and not (
+            __tsrt__.treat_as_opaque(self, value)
+        ):
+        """,
+    ),
+    Edit(
+        """
+        elif DeviceMeshVariable.is_device_mesh(value):
+        """,
+        """
+        elif DeviceMeshVariable.is_device_mesh(value) and not (
+            __tsrt__.treat_as_opaque(self, value)
+        ):
+        """,
+    ),
+]
+
+
+#: torch 2.10: a reference opaque input is also guarded on its guard_fn
+#: (opaque_members.OPAQUE_OBJ_GUARD_FN_MATCH; torch 2.11 does it already)
+_GUARD_FN_EDIT_2_10 = Edit(
+    """
+    # Reference-type: guard only on type/identity
+    self.install_guards(GuardBuilder.TYPE_MATCH)
+    """,
+    """
+    # Reference-type: guard on type, and on what its guard_fn returns
+    self.install_guards(GuardBuilder.TYPE_MATCH)
+    self.install_guards(GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH)
+    """,
+)
+
+
+def _build_wrap_2_10(original):
+    """``VariableBuilder._wrap`` (torch 2.10.0): 2.11's two edits of
+    :func:`_build_wrap`, which match 2.10's source, and one more. Differs
+    from 2.10, as 2.11: a reference opaque graph input is guarded on its
+    type's ``guard_fn`` too (2.10 guards its type only). Note [install() is
+    transparent without opaques]: identical (the new guard is installed
+    only for a registered reference opaque, and does nothing for a type
+    registered without guard_fn)."""
+    return edited_function(original, [*_WRAP_EDITS, _GUARD_FN_EDIT_2_10])
 
 
 def unregistered_member_error(fake: Any, name: str) -> AttributeError | None:
@@ -298,7 +359,7 @@ def unregistered_member_error(fake: Any, name: str) -> AttributeError | None:
         return None
     from ..runtime import errors
 
-    return errors.unregistered_opaque_member_error(type(real), name, sorted(info.members))
+    return errors.unregistered_opaque_member_error(type(real), name, sorted(getattr(info, "members", {})))
 
 
 #: torch's FakeScriptObject.__getattribute__, set when the point is built.
@@ -358,7 +419,7 @@ POINTS = [
         guarded_by=(
             "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
         ),
-        **ONLY_2_11,
+        **ONLY_BACKPORT,
     ),
     PatchPoint(
         name="distributed_opaques._OPAQUE_TYPES_BY_NAME",
@@ -369,7 +430,7 @@ POINTS = [
         guarded_by=(
             "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_registered_by_type_and_by_name_cpu",
         ),
-        **ONLY_2_11,
+        **ONLY_BACKPORT,
     ),
     PatchPoint(
         name="distributed_opaques.OpaqueBaseMeta.__instancecheck__",
@@ -381,6 +442,19 @@ POINTS = [
             "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
         ),
         **ONLY_2_11,
+    ),
+    PatchPoint(
+        # torch 2.10: the same rule on the package's own OpaqueBase (2.10
+        # has no torch._opaque_base; the series' patch 0000 adds it)
+        name="distributed_opaques.OpaqueBaseMeta.__instancecheck__",
+        target="torch_subclass_rt._opaque_base:OpaqueBaseMeta.__instancecheck__",
+        series=("0012 torch/_opaque_base.py::OpaqueBaseMeta.__instancecheck__",),
+        build=_build_instancecheck,
+        reason="isinstance(x, OpaqueBase) asks the registry (2.13), so a DeviceMesh is an opaque object",
+        guarded_by=(
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
+        ),
+        **ONLY_2_10,
     ),
     PatchPoint(
         name="distributed_opaques.VariableBuilder._wrap",
@@ -400,6 +474,23 @@ POINTS = [
         **ONLY_2_11,
     ),
     PatchPoint(
+        name="distributed_opaques.VariableBuilder._wrap",
+        target="torch._dynamo.variables.builder:VariableBuilder._wrap",
+        series=(
+            "0000 torch/_dynamo/variables/builder.py::VariableBuilder._wrap",
+            "0012 torch/_dynamo/variables/builder.py::VariableBuilder._wrap",
+            "0012 torch/_dynamo/variables/builder.py::VariableBuilder._is_opaque_inner_attr",
+            "0012 torch/_dynamo/variables/builder.py::VariableBuilder.__init__",
+        ),
+        build=_build_wrap_2_10,
+        reason="2.11's edits, and a reference opaque input guarded on its guard_fn (torch 2.11)",
+        guarded_by=(
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_mesh_attr_into_custom_op_is_runtime_mesh_cpu",
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
         name="distributed_opaques.FakeScriptObject.__getattribute__",
         target="torch._library.fake_class_registry:FakeScriptObject.__getattribute__",
         series=(
@@ -412,6 +503,6 @@ POINTS = [
             "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_cpu",
             "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_user_opaque_cpu",
         ),
-        **RUNTIME_FROM_2_11,
+        **RUNTIME,
     ),
 ]

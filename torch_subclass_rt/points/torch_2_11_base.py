@@ -83,15 +83,21 @@ def refuse_compiled_autograd_with_opaques(opaques: Any, metadata: Any) -> None:
 def _build_maybe_to_fake_obj(original):
     """``torch._library.fake_class_registry.maybe_to_fake_obj`` (torch
     2.10.0) with one edit. Differs from 2.10, as 2.11: the fake of an opaque
-    keeps the caller's object as ``real_obj`` instead of ``None``. Note
-    [install() is transparent without opaques]: identical (the edited line
-    is the opaque branch; ``x is None`` still gives ``None``)."""
+    keeps the caller's object as ``real_obj`` instead of ``None``, and
+    carries the members its registration lists, read off that object
+    (``opaque_members.py``). Note [install() is transparent without
+    opaques]: identical (the edited line is the opaque branch; ``x is None``
+    still gives ``None``)."""
     return edited_function(
         original,
         [
             Edit(
                 "fake_x_wrapped = FakeScriptObject(FakeOpaqueObject(), type_name, None)",
-                "fake_x_wrapped = FakeScriptObject(FakeOpaqueObject(), type_name, x)",
+                """
+                fake_x_wrapped = FakeScriptObject(FakeOpaqueObject(), type_name, x)
+                if x is not None:
+                    __tsrt__.set_registered_members(fake_x_wrapped, x)
+                """,
             )
         ],
     )
@@ -370,7 +376,11 @@ POINTS = [
         series=(
             "0000 torch/_library/fake_class_registry.py::maybe_to_fake_obj",
         ),
-        guarded_by=(_BACKWARD_TEST,),
+        guarded_by=(
+            _BACKWARD_TEST,
+            # the fake carries the registered members dispatch reads
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
+        ),
         **ONLY_2_10,
     ),
     PatchPoint(
