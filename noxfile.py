@@ -135,8 +135,10 @@ def _inductor_isa_env(session: nox.Session) -> dict[str, str]:
     if key in os.environ:
         return {}
     out = session.run("python", "tools/vec_isa_probe.py", silent=True)
-    # None: not run (--install-only); the output holds torch's warnings too
-    if out is None or setting not in (line.strip() for line in out.splitlines()):
+    if out is None:  # not run (--install-only): nothing runs to use it either
+        return {}
+    # the output holds torch's warnings too
+    if setting not in (line.strip() for line in out.splitlines()):
         session.log("Inductor checks the vector ISAs in every process")
         return {}
     session.log(f"Inductor's vector-ISA check agrees with the CPU flags: {setting}")

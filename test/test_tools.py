@@ -539,6 +539,50 @@ class TestVecIsaProbe(unittest.TestCase):
             self.assertEqual(out.getvalue(), expected)
 
 
+def _load_noxfile():
+    """noxfile.py as a module, with a stand-in for nox (the test
+    environments do not install it): its decorators return the function."""
+    import importlib.util
+    import types
+
+    fake = types.ModuleType("nox")
+    fake.options = types.SimpleNamespace()
+    fake.Session = object
+    fake.session = lambda f=None, **_: f if f is not None else (lambda g: g)
+    fake.parametrize = lambda *_a, **_k: (lambda f: f)
+    spec = importlib.util.spec_from_file_location("_tsrt_noxfile", REPO / "noxfile.py")
+    mod = importlib.util.module_from_spec(spec)
+    with unittest.mock.patch.dict(sys.modules, {"nox": fake}):
+        spec.loader.exec_module(mod)
+    return mod
+
+
+class TestNoxfileIsaSetting(unittest.TestCase):
+    def setUp(self) -> None:
+        self.noxfile = _load_noxfile()
+        key = self.noxfile._tool("vec_isa_probe").SETTING.partition("=")[0]
+        patcher = unittest.mock.patch.dict(os.environ)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        os.environ.pop(key, None)
+
+    def test_install_only_logs_nothing(self) -> None:
+        # --install-only runs nothing (session.run returns None): no probe
+        # answer, and no "checks the vector ISAs in every process" either
+        session = unittest.mock.Mock()
+        session.run.return_value = None
+        self.assertEqual(self.noxfile._inductor_isa_env(session), {})
+        session.log.assert_not_called()
+
+    def test_setting_taken_only_when_the_probe_prints_it(self) -> None:
+        setting = self.noxfile._tool("vec_isa_probe").SETTING
+        for out, expected in ((f"a torch warning\n{setting}\n", dict([setting.split("=")])), ("", {})):
+            session = unittest.mock.Mock()
+            session.run.return_value = out
+            self.assertEqual(self.noxfile._inductor_isa_env(session), expected)
+            session.log.assert_called_once()
+
+
 class TestUpstream(ToolTestCase):
     def fake_ghstack(self) -> tuple[Path, Path]:
         bindir = self.tmp / "bin"
