@@ -175,21 +175,29 @@ def _real_opaque(vt: Any) -> Any:
     from torch._library.fake_class_registry import FakeScriptObject
     from torch._library.opaque_object import is_opaque_reference_type
 
+    from .._torch_compat import unwrap_fake_opaque
+
     value = vt.value
     if not isinstance(value, FakeScriptObject):
         return None
-    real = object.__getattribute__(value, "__dict__").get("real_obj")
+    real = unwrap_fake_opaque(value)
     if real is None or not is_opaque_reference_type(type(real)):
         return None
     return real
 
 
-def _unregistered(real: Any, name: str) -> None:
+def _member_kind(real: Any, name: str) -> MemberType:
+    """How member ``name`` of the real opaque is registered; an unregistered
+    one is a graph break (a hard error under the callers' decorator) that
+    names it and the registration."""
     from torch._dynamo.exc import unimplemented
     from torch._library import opaque_object as oo
 
     from ..runtime import errors
 
+    kind = oo.get_member_type(type(real), name)
+    if kind is not None:
+        return kind
     info = oo.get_opaque_obj_info(type(real))
     msg = str(errors.unregistered_opaque_member_error(type(real), name, sorted(getattr(info, "members", {}))))
     unimplemented(
@@ -200,16 +208,12 @@ def _unregistered(real: Any, name: str) -> None:
     )
 
 
-def _member_getattr(self: Any, tx: Any, name: str) -> Any:
+def _member_getattr(self: Any, tx: Any, name: str, real: Any) -> Any:
     from torch._dynamo.source import AttrSource
     from torch._dynamo.variables.base import VariableTracker
     from torch._dynamo.variables.misc import LambdaVariable
-    from torch._library import opaque_object as oo
 
-    real = _real_opaque(self)
-    kind = oo.get_member_type(type(real), name)
-    if kind is None:
-        _unregistered(real, name)
+    kind = _member_kind(real, name)
     value = getattr(real, name)
     if inspect.ismethod(value) and (kind is MemberType.USE_REAL or self.source is None):
         # a call of it goes through call_method (evaluated, or a node)
@@ -223,7 +227,7 @@ def _member_getattr(self: Any, tx: Any, name: str) -> Any:
     return VariableTracker.build(tx, value, AttrSource(self.source, name))
 
 
-def _member_call(self: Any, tx: Any, name: str, args: Any, kwargs: Any) -> Any:
+def _member_call(self: Any, tx: Any, name: str, args: Any, kwargs: Any, real: Any) -> Any:
     from torch._dynamo.exc import unimplemented
     from torch._dynamo.utils import proxy_args_kwargs
     from torch._dynamo.variables.base import VariableTracker
@@ -232,10 +236,7 @@ def _member_call(self: Any, tx: Any, name: str, args: Any, kwargs: Any) -> Any:
     from torch._library import opaque_object as oo
     from torch.utils import _pytree as pytree
 
-    real = _real_opaque(self)
-    kind = oo.get_member_type(type(real), name)
-    if kind is None:
-        _unregistered(real, name)
+    kind = _member_kind(real, name)
     if kind is MemberType.INLINED:
         proxy_args, proxy_kwargs = proxy_args_kwargs(args, kwargs)
         proxy = tx.output.create_proxy("call_method", name, (self.proxy, *proxy_args), proxy_kwargs)
@@ -275,9 +276,10 @@ def _build_var_getattr(original):
         registration says (module docstring) instead of being refused.
         Note [install() is transparent without opaques]: delegation
         (TorchScript objects and value opaques go to torch's)."""
-        if _real_opaque(self) is None:
+        real = _real_opaque(self)
+        if real is None:
             return original(self, tx, name)
-        return _member_getattr(self, tx, name)
+        return _member_getattr(self, tx, name, real)
 
     return var_getattr
 
@@ -292,9 +294,10 @@ def _build_call_method(original):
         member of a reference opaque is evaluated (USE_REAL) or traced
         (INLINED). Note [install() is transparent without opaques]:
         delegation."""
-        if _real_opaque(self) is None:
+        real = _real_opaque(self)
+        if real is None:
             return original(self, tx, name, args, kwargs)
-        return _member_call(self, tx, name, args, kwargs)
+        return _member_call(self, tx, name, args, kwargs, real)
 
     return call_method
 
