@@ -42,22 +42,87 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m torch_subclass_rt")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    st = sub.add_parser("status", help="torch version, mode and patch points")
+_DESCRIPTION = """\
+Opaque (non-tensor) attributes in a tensor subclass's __tensor_flatten__
+under torch.compile, on the torch you run. install() picks a mode from the
+torch version (backport on 2.10/2.11, native+fixes on releases with known
+upstream bugs, native otherwise); these commands show, check and compare it.
+"""
+
+_EPILOG = """\
+examples:
+  python -m torch_subclass_rt status --install     what install() does on this torch
+  python -m torch_subclass_rt selftest             compile a subclass with an opaque attr
+  python -m torch_subclass_rt demo                 2-rank gloo training, compiled
+  python -m torch_subclass_rt compare -- tests/    your suite, stock vs install()
+
+docs: README.md and docs/ in the source tree.
+"""
+
+
+def _sub(sub, name: str, help: str, description: str, examples: list[tuple[str, str]], **kw):
+    epilog = "examples:\n" + "\n".join(
+        f"  python -m torch_subclass_rt {name}{(' ' + args) if args else ''}\n      {what}"
+        for args, what in examples
+    )
+    import textwrap
+
+    return sub.add_parser(name, help=help, description=textwrap.fill(description, 78), epilog=epilog,
+                          formatter_class=argparse.RawDescriptionHelpFormatter, **kw)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser (test/test_docs.py checks every command the
+    docs show against it)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m torch_subclass_rt", description=_DESCRIPTION, epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{status,selftest,demo,compare}")
+    st = _sub(
+        sub, "status", "torch version, mode and patch points",
+        "Print the torch version, the install mode and, for this torch, every patch point "
+        "install() selects: why it exists, the upstream fix it carries and its counterpart "
+        "in the patch series (* marks the applied ones).",
+        [("", "what would be applied (nothing is installed)"),
+         ("--install", "install() first, then list what was applied"),
+         ("--install --force", "torch 2.13: our runtime in place of torch's")],
+    )
     st.add_argument("--install", action="store_true", help="install() first")
     st.add_argument("--force", action="store_true", help="with --install: force=True")
-    sub.add_parser("selftest", help="compile a subclass with an opaque attr and check it")
+    _sub(
+        sub, "selftest", "compile a subclass with an opaque attr and check it",
+        "install(), then compile a function of a subclass holding an opaque mesh handle with "
+        "eager, aot_eager and inductor, forward and backward, for two meshes: one compile, and "
+        "outputs and grads carry each caller's mesh. Exit status 1 on any mismatch.",
+        [("", "run it")],
+    )
     from torch_subclass_rt import demo
 
-    demo.add_arguments(sub.add_parser("demo", help="2-rank gloo training of a sharded MLP, compiled"))
+    demo.add_arguments(_sub(
+        sub, "demo", "2-rank gloo training of a sharded MLP, compiled",
+        "Train a small MLP on a ShardTensor over 2 real gloo ranks, compiled, checked against "
+        "eager and a single-process reference, then switch to a fresh process group with no "
+        "recompile. Exit status 1 on any mismatch; a failing rank fails it promptly.",
+        [("", "inductor, our MeshHandle as the mesh"),
+         ("--mesh device_mesh --backend aot_eager", "a DeviceMesh as the inner attr")],
+    ))
     from torch_subclass_rt import compare
 
-    compare.add_arguments(sub.add_parser(
-        "compare", help="run a pytest suite stock and with install(); list the tests whose outcome differs",
+    compare.add_arguments(_sub(
+        sub, "compare", "run a pytest suite stock and with install(); list the tests whose outcome differs",
+        "Run your pytest suite twice, stock and with install() in every process it starts, each "
+        "with a fresh inductor cache, and list the tests whose outcome differs with their first "
+        "error line. Exit status 0: no difference; 1: some differ; 2: a run left no outcomes.",
+        [("-- tests/ -k subclass -x", "your subclass tests"),
+         ("--parallel -- tests/", "both runs at once (two free cores)")],
         usage="python -m torch_subclass_rt compare [--force] [--keep DIR] [--quiet] [--parallel] -- <pytest args>",
     ))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.cmd == "compare":
         return compare.compare(args.pytest_args, force=args.force, keep=args.keep,
