@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._modes import POINT_MODES, Mode
+from . import dynamo_rules
 
 _MISSING = object()
 
@@ -285,6 +286,9 @@ class _Plan:
     replacement: Any
     rebind_modules: list[Any]
     default_slots: list[_DefaultSlot]
+    #: Dynamo's rule for the torch original, which the replacement was
+    #: given (dynamo_rules.SKIP / INLINE; None for a value that is not code)
+    trace_rule: str | None = None
 
 
 class Journal:
@@ -347,6 +351,9 @@ def plan(points: Sequence[PatchPoint]) -> list[_Plan]:
                     f"{point.target}; the rebind list no longer matches this torch"
                 )
             rebind_modules.append(mod)
+        # Note [Replacements keep the original's trace rule] (dynamo_rules):
+        # torch's rule, also for a point stacked on another one
+        rule = below.trace_rule if below is not None else _trace_rule(point, original)
         if below is not None:
             # An upstream fix stacks on the point that already replaces this
             # attribute (the 2.11 backport's version of the same function):
@@ -361,12 +368,26 @@ def plan(points: Sequence[PatchPoint]) -> list[_Plan]:
             replacement = point.build(None if original is _MISSING else original)
         except Exception as e:
             raise PatchError(f"{point.name}: building the replacement failed: {e}") from e
+        if rule is not None:
+            dynamo_rules.keep_trace_rule(replacement, rule)
         if point.default_args and below is not None:
             raise PatchError(f"{point.name}: default_args on a stacked point")
         defaults = _default_slots(point, original)
-        plans.append(_Plan(point, owner, attr, original, replacement, rebind_modules, defaults))
+        plans.append(
+            _Plan(point, owner, attr, original, replacement, rebind_modules, defaults, rule)
+        )
         last[point.target] = plans[-1]
     return plans
+
+
+def _trace_rule(point: PatchPoint, original: Any) -> str | None:
+    """Dynamo's rule for a torch original (None outside torch: a registry
+    test's own module has no rule to keep)."""
+    if not (point.module_name == "torch" or point.module_name.startswith("torch.")):
+        return None
+    return dynamo_rules.expected_rule(
+        None if original is _MISSING else original, point.module_name
+    )
 
 
 def apply(
