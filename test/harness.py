@@ -26,7 +26,9 @@ Graph dumps (:func:`assertExpectedGraph`) live in
 version and mode; ``test/expected/v<major>.<minor>/<same name>`` overrides the
 shared file for one torch release when its graphs legitimately differ. Native
 and forced runs of one torch read the very same files: forced mode is only
-correct if it traces the graphs native torch traces.
+correct if it traces the graphs native torch traces. A device-instantiated
+test's CUDA variant shares its CPU variant's files (Note [One expected dump
+for CPU and CUDA]).
 
 ``EXPECTTEST_ACCEPT=1`` records dumps instead of failing: a dump equal to the
 shared file passes untouched (and deletes the running torch's override, which
@@ -330,8 +332,41 @@ def expected_first_diff(path: Path, expected: str, actual: str) -> str:
     )
 
 
+def _device_neutral(test) -> tuple[str, str]:
+    """(class, method) under which a test's dumps are stored: a CUDA
+    variant of a device-instantiated test (``TestXCUDA.test_y_cuda``) shares
+    the CPU variant's files (``TestXCPU.test_y_cpu``); see
+    :func:`_cpu_spelling`."""
+    cls, method = type(test).__name__, test._testMethodName
+    if cls.endswith("CUDA") and method.endswith("_cuda"):
+        return cls[: -len("CUDA")] + "CPU", method[: -len("_cuda")] + "_cpu"
+    return cls, method
+
+
+#: a CUDA device as graph dumps spell it, and the CPU spelling it is
+#: compared as (the tests run one device: cuda:0)
+_CUDA_SPELLINGS = (
+    ("device(type='cuda', index=0)", "device(type='cpu')"),
+    ("device='cuda:0'", "device='cpu'"),
+    ("'cuda:0'", "'cpu'"),
+)
+
+
+def _cpu_spelling(test, text: str) -> str:
+    """Note [One expected dump for CPU and CUDA]: the graphs these tests dump
+    are what Dynamo and AOTAutograd make of opaque attrs, which does not
+    depend on the device; so a CUDA variant checks (and records) the CPU
+    variant's file, its device written as the CPU one. A graph that does
+    differ by device fails on the GPU with the diff, as any other change."""
+    if type(test).__name__.endswith("CUDA"):
+        for cuda, cpu in _CUDA_SPELLINGS:
+            text = text.replace(cuda, cpu)
+    return text
+
+
 def expected_paths(test, name: str) -> tuple[Path, Path]:
-    fname = f"{type(test).__name__}.{test._testMethodName}.{name}.txt"
+    cls, method = _device_neutral(test)
+    fname = f"{cls}.{method}.{name}.txt"
     major, minor = torch_major_minor()
     return EXPECTED_DIR / fname, EXPECTED_DIR / f"v{major}.{minor}" / fname
 
@@ -340,7 +375,7 @@ def assertExpectedGraph(test, text, name: str) -> None:
     """Compare a graph dump (str or GraphModule) with its expected file."""
     if isinstance(text, torch.fx.GraphModule):
         text = graph_text(text)
-    text = text.rstrip("\n") + "\n"
+    text = _cpu_spelling(test, text.rstrip("\n") + "\n")
     shared, override = expected_paths(test, name)
     dump_dir = os.environ.get("TSRT_DUMP_DIR")
     if dump_dir:
