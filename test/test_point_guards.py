@@ -264,10 +264,13 @@ class TestPointGuards(TestCase):
     @unittest.skipUnless(torch.distributed.is_available(), "needs torch.distributed")
     def test_fsdp_sync_module_states_skips_opaque_attrs(self):
         # FSDP(sync_module_states=True) gathers every inner attr of a subclass
-        # parameter to check its device and broadcast it; an opaque is neither.
-        # On CPU FSDP refuses the module with its own message (the check reads
-        # each state's .device, here the mesh's first).
-        from torch.distributed.fsdp._init_utils import _sync_module_params_and_buffers
+        # parameter to check its device and broadcast it; an opaque is neither,
+        # so only the inner tensor may reach the check (which reads each
+        # state's .device: the mesh's first, here, when it is not skipped).
+        # On CPU the check then refuses the module with FSDP's own message.
+        from unittest import mock
+
+        from torch.distributed.fsdp import _init_utils
 
         class M(torch.nn.Module):
             def __init__(self):
@@ -275,8 +278,18 @@ class TestPointGuards(TestCase):
                 self.p = torch.nn.Parameter(MeshFirstTensor(torch.zeros(3), MeshHandle()))
 
         m = M()
-        with self.assertRaisesRegex(ValueError, "CPU parameters or buffers"):
-            _sync_module_params_and_buffers(m, list(m.parameters()), None)
+        checked = []
+        check = _init_utils._check_module_states_for_sync_module_states
+
+        def record(states):
+            checked.extend(states)
+            return check(states)
+
+        with mock.patch.object(
+            _init_utils, "_check_module_states_for_sync_module_states", side_effect=record
+        ), self.assertRaisesRegex(ValueError, "CPU parameters or buffers"):
+            _init_utils._sync_module_params_and_buffers(m, list(m.parameters()), None)
+        self.assertEqual([type(s) for s in checked], [torch.Tensor], checked)
 
 
 # --------------------------------------------------------------------------
