@@ -353,8 +353,9 @@ _CUDA_SPELLINGS = (
 
 
 def _cpu_spelling(test, text: str) -> str:
-    """Note [One expected dump for CPU and CUDA]: the graphs these tests dump
-    are what Dynamo and AOTAutograd make of opaque attrs, which does not
+    """Note [One expected dump for CPU and CUDA]
+    ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    The graphs these tests dump are what Dynamo and AOTAutograd make of opaque attrs, which does not
     depend on the device; so a CUDA variant checks (and records) the CPU
     variant's file, its device written as the CPU one. A graph that does
     differ by device fails on the GPU with the diff, as any other change."""

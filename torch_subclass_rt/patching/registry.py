@@ -105,10 +105,12 @@ class PatchPoint:
                 f"{self.name}: target must be 'module:attr' or 'module:Class.attr', "
                 f"got {self.target!r}"
             )
-        # Note [Points and the series]: every point is the backport of named
-        # series changes (series), or says why it has none (series_none), or
-        # only makes the backport faster (speed_only, which stays out of the
-        # series); exactly one of the three. tools/series_map.py checks the
+        # Note [Points and the series]
+        # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+        # Every point is the backport of named series changes (series), or
+        # says why it has none (series_none), or only makes the backport
+        # faster (speed_only, which stays out of the series); exactly one of
+        # the three. tools/series_map.py checks the
         # entries against patches/v<version>/ both ways.
         declared = [k for k in ("series", "series_none", "speed_only") if getattr(self, k)]
         if len(declared) != 1:
