@@ -6,7 +6,7 @@ Mode under test (env var ``TSRT_MODE``):
     torch >= 2.12 as shipped; torch_subclass_rt.install() is never called.
     The reference behaviour.
 ``backport``
-    torch 2.11 with ``torch_subclass_rt.install()``.
+    torch 2.10 or 2.11 with ``torch_subclass_rt.install()``.
 ``forced``
     torch 2.13 with ``torch_subclass_rt.install(force=True)``: our runtime
     replaces the native one and must behave (and trace) identically.

@@ -3,7 +3,7 @@
 Each test here is named in the ``guarded_by`` of the point it guards and fails
 when ``install()`` leaves that point out (tools/ablate_points.py checks that).
 The cases are ones a user can hit: they pass on native torch >= 2.12, and on
-2.11 only with the point in place. The ``TestOurRuntimeRuns`` cases are for
+2.10/2.11 only with the point in place. The ``TestOurRuntimeRuns`` cases are for
 forced mode, whose points replace torch 2.13's working runtime with ours: there
 what must hold is that 2.13's callers really run our code.
 """
