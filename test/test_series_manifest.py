@@ -63,8 +63,8 @@ ONLY_OURS: dict[tuple[str, str], str] = {
     ("test/test_opaque_subclass_fixes.py", "test_non_callable_value_opaque_attr_still_works"): UNREVIEWED,
     ("test/test_opaque_subclass_fixes.py", "test_opaque_constant_with_subclass_output_cache_hit"): _UPSTREAM_NATIVE,
     ("test/test_opaque_subclass_fixes.py", "test_opaque_input_through_cudagraph_trees"): (
-        "records PR 179793's bug on 2.11, which neither the backport nor the series "
-        "carries (upstream_bug(carried=False))"
+        "needs a GPU: no GPU run of a patched torch has checked the series with it "
+        "(with install() it passes on torch 2.11.0, seen on an H200)"
     ),
     ("test/test_opaque_subclass_fixes.py", "test_value_type_graph_output_subclass_metadata_side_effect"): _UPSTREAM_NATIVE,
     ("test/test_opaque_subclass_parity.py", "test_benchmark_harness_no_pickle_for_opaque_inputs"): UNREVIEWED,

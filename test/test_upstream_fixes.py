@@ -436,19 +436,13 @@ class TestUpstreamFixesCUDA(TestCase):
         torch.cuda.is_available(),
         "CUDA graphs (mode='reduce-overhead') need a CUDA device; none here",
     )
-    @harness.upstream_bug(
-        "PR 179793", broken_on=("2.11.0",), carried=False,
-        fails_with=(AssertionError, RuntimeError, torch._dynamo.exc.BackendCompilerFailed),
-        # refused ("non-Tensor inputs", a cudagraph skip) or the opaque
-        # copied (not the caller's handle); not yet seen on a GPU
-        match=r"non-Tensor inputs|MeshHandle\(.* is not MeshHandle\(|AssertionError: [1-9]\d* != 0",
-    )
     def test_opaque_input_through_cudagraph_trees(self):
         # A reference opaque (the mesh handle, a graph input next to the
-        # local tensor) in the CUDA-graph tree pipeline: 2.11 refused the
-        # graph ("non-Tensor inputs") or copied the opaque like a tensor.
-        # 2.12+ ship the fix; the 2.11 backport does not carry it (no GPU
-        # was available to verify one), so the test records the bug there.
+        # local tensor) in the CUDA-graph tree pipeline (upstream PR 179793:
+        # stock 2.11 refused such a graph, "non-Tensor inputs", or copied
+        # the opaque like a tensor). It was recorded as that bug on 2.11
+        # until run on a GPU: with install() on torch 2.11.0 (H200) it
+        # passes, so it is a plain test, on every torch with a GPU.
         from torch._dynamo.utils import counters
 
         from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
