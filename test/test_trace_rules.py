@@ -107,6 +107,8 @@ def test_replacement_has_torchs_trace_rule(mode, name):
     ]
     want = _torch_rule(plan, below[0] if below else None)
     fns = functions_of(plan.replacement)
+    if plan.original is registry._MISSING and not fns:
+        return  # an added value (a dataclass field's default): no code
     if want is None or not fns:
         assert want is None and not fns, (
             f"{name}: torch's {plan.point.target} is "
