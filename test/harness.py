@@ -6,7 +6,7 @@ Mode under test (env var ``TSRT_MODE``):
     torch >= 2.12 as shipped; torch_subclass_rt.install() is never called.
     The reference behaviour.
 ``backport``
-    torch 2.11 with ``torch_subclass_rt.install()``.
+    torch 2.10 or 2.11 with ``torch_subclass_rt.install()``.
 ``forced``
     torch 2.13 with ``torch_subclass_rt.install(force=True)``: our runtime
     replaces the native one and must behave (and trace) identically.
@@ -26,7 +26,9 @@ Graph dumps (:func:`assertExpectedGraph`) live in
 version and mode; ``test/expected/v<major>.<minor>/<same name>`` overrides the
 shared file for one torch release when its graphs legitimately differ. Native
 and forced runs of one torch read the very same files: forced mode is only
-correct if it traces the graphs native torch traces.
+correct if it traces the graphs native torch traces. A device-instantiated
+test's CUDA variant shares its CPU variant's files (Note [One expected dump
+for CPU and CUDA]).
 
 ``EXPECTTEST_ACCEPT=1`` records dumps instead of failing: a dump equal to the
 shared file passes untouched (and deletes the running torch's override, which
@@ -175,42 +177,96 @@ def restore_mode() -> None:
 # upstream bugs
 
 
+def _expected_failure_wrapper(fn, raises, match: str, what: str, passed_msg: str):
+    """``fn`` run where it is expected to fail with ``raises`` matching ``match``.
+
+    Works under pytest and under ``run_tests()`` (unittest): the wrapper
+    carries unittest's expected-failure flag, which both runners honour
+    (pytest reports xfail), and re-raises only the expected error. Another
+    error, or none, cannot be raised through that flag (unittest counts any
+    error as the expected one), so the test returns normally instead: an
+    *unexpected success*, a failure under both runners, with why on stderr.
+    """
+    import functools
+    import sys
+    import traceback
+
+    pattern = re.compile(match, re.S)
+    names = " or ".join(t.__name__ for t in raises)
+
+    def messages(e: BaseException) -> str:
+        # the error and those it was raised from or while handling (torch
+        # often re-raises the telling one as a generic one)
+        seen = []
+        while e is not None and e not in seen:
+            seen.append(e)
+            e = e.__cause__ or e.__context__
+        return "\n".join(f"{type(x).__name__}: {x}" for x in seen)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            fn(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - any other error is not the bug
+            if isinstance(e, raises) and pattern.search(messages(e)):
+                raise
+            problem = (
+                f"{what}: expected {names} matching {match!r}, got "
+                f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+            )
+        else:
+            problem = f"{what}: {passed_msg}"
+        print(f"NOT THE EXPECTED FAILURE: {problem}", file=sys.stderr)
+
+    wrapper.__unittest_expecting_failure__ = True
+    return wrapper
+
+
+def expected_failure(raises, match: str, reason: str, when: bool = True):
+    """Mark a test method that fails, where ``when`` holds, with one of
+    ``raises`` (an exception type or a tuple of them) whose message matches
+    ``match`` (``re.search`` with ``re.S``, in ``ExcType: message`` lines
+    of the error and those it was raised from): the bug it records. Where ``when`` is false
+    it must pass. Any other outcome fails the test (see
+    :func:`_expected_failure_wrapper`)."""
+    raises = raises if isinstance(raises, tuple) else (raises,)
+
+    def deco(fn):
+        if not when:
+            return fn
+        return _expected_failure_wrapper(
+            fn, raises, match, f"known failure ({reason})",
+            "the test passed: the failure is gone; drop the marker",
+        )
+
+    return deco
+
+
 def upstream_bug(fix: str, broken_on: tuple[str, ...], fails_with: tuple[type, ...],
-                 carried: bool = True):
+                 match: str, carried: bool = True):
     """Mark a test that reproduces an upstream bug, fixed upstream by ``fix``.
 
     ``broken_on``: the torch releases that have the bug as shipped. On those,
     in a mode where nothing carries the fix (``native``; any mode when
     ``carried`` is False), the test must fail with one of ``fails_with``
-    (reported as xfail); if it passes, it fails: the release does not have
-    the bug and the version list is wrong. Everywhere else (another torch,
+    whose message matches ``match`` (``re.search``; the bug's own message),
+    recorded as an expected failure (pytest: xfail); if it passes, or fails
+    otherwise, it fails: the release does not have the bug and the version
+    list is wrong, or something else broke. Everywhere else (another torch,
     or a mode that installs the fix: native+fixes, forced, backport, patched)
     it must pass.
     """
-    import functools
-
     def deco(fn):
-        @functools.wraps(fn)
-        def wrapper(self, *args, **kwargs):
-            version = _torch_compat.torch_version()
-            mode = current_mode()
-            expect_bug = version in broken_on and (not carried or mode == Mode.NATIVE)
-            if not expect_bug:
-                return fn(self, *args, **kwargs)
-            try:
-                fn(self, *args, **kwargs)
-            except fails_with as e:
-                import pytest
-
-                pytest.xfail(
-                    f"upstream bug [{fix}] on torch {version} in mode {mode}: "
-                    f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                )
-            raise AssertionError(
-                f"torch {version} (mode {mode}) is listed as having the bug fixed by "
-                f"{fix}, but the test passed: correct the versions"
+        version = _torch_compat.torch_version()
+        mode = current_mode()
+        expect_bug = version in broken_on and (not carried or mode == Mode.NATIVE)
+        wrapper = fn
+        if expect_bug:
+            wrapper = _expected_failure_wrapper(
+                fn, tuple(fails_with), match,
+                f"upstream bug [{fix}] on torch {version} in mode {mode}",
+                "the test passed: this release does not have the bug; correct the versions",
             )
-
         wrapper.upstream_fix = fix
         wrapper.broken_on = broken_on
         return wrapper
@@ -276,8 +332,42 @@ def expected_first_diff(path: Path, expected: str, actual: str) -> str:
     )
 
 
+def _device_neutral(test) -> tuple[str, str]:
+    """(class, method) under which a test's dumps are stored: a CUDA
+    variant of a device-instantiated test (``TestXCUDA.test_y_cuda``) shares
+    the CPU variant's files (``TestXCPU.test_y_cpu``); see
+    :func:`_cpu_spelling`."""
+    cls, method = type(test).__name__, test._testMethodName
+    if cls.endswith("CUDA") and method.endswith("_cuda"):
+        return cls[: -len("CUDA")] + "CPU", method[: -len("_cuda")] + "_cpu"
+    return cls, method
+
+
+#: a CUDA device as graph dumps spell it, and the CPU spelling it is
+#: compared as (the tests run one device: cuda:0)
+_CUDA_SPELLINGS = (
+    ("device(type='cuda', index=0)", "device(type='cpu')"),
+    ("device='cuda:0'", "device='cpu'"),
+    ("'cuda:0'", "'cpu'"),
+)
+
+
+def _cpu_spelling(test, text: str) -> str:
+    """Note [One expected dump for CPU and CUDA]
+    ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    The graphs these tests dump are what Dynamo and AOTAutograd make of opaque attrs, which does not
+    depend on the device; so a CUDA variant checks (and records) the CPU
+    variant's file, its device written as the CPU one. A graph that does
+    differ by device fails on the GPU with the diff, as any other change."""
+    if type(test).__name__.endswith("CUDA"):
+        for cuda, cpu in _CUDA_SPELLINGS:
+            text = text.replace(cuda, cpu)
+    return text
+
+
 def expected_paths(test, name: str) -> tuple[Path, Path]:
-    fname = f"{type(test).__name__}.{test._testMethodName}.{name}.txt"
+    cls, method = _device_neutral(test)
+    fname = f"{cls}.{method}.{name}.txt"
     major, minor = torch_major_minor()
     return EXPECTED_DIR / fname, EXPECTED_DIR / f"v{major}.{minor}" / fname
 
@@ -286,7 +376,7 @@ def assertExpectedGraph(test, text, name: str) -> None:
     """Compare a graph dump (str or GraphModule) with its expected file."""
     if isinstance(text, torch.fx.GraphModule):
         text = graph_text(text)
-    text = text.rstrip("\n") + "\n"
+    text = _cpu_spelling(test, text.rstrip("\n") + "\n")
     shared, override = expected_paths(test, name)
     dump_dir = os.environ.get("TSRT_DUMP_DIR")
     if dump_dir:

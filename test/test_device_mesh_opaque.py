@@ -219,11 +219,17 @@ class TestDeviceMeshOpaque(TestCase):
     # no fix for it (yet), so on 2.12 this documents the native bug.
     _PG_BROKEN_NATIVE = harness.torch_major_minor() == (2, 12) and MODE in ("native", "native+fixes")
 
-    @(unittest.expectedFailure if _PG_BROKEN_NATIVE else (lambda f: f))
+    @harness.expected_failure(
+        AssertionError, r"expected Tensor or OpaqueBase, got <class '[\w.]*ProcessGroup'>",
+        "torch 2.12 rejects a ProcessGroup among inner attrs", when=_PG_BROKEN_NATIVE,
+    )
     def test_process_group_in_attrs_aot_eager(self, device):
         self._fwd_bwd(device, _new_group, "aot_eager", (1, 0))
 
-    @(unittest.expectedFailure if _PG_BROKEN_NATIVE else (lambda f: f))
+    @harness.expected_failure(
+        AssertionError, r"expected Tensor or OpaqueBase, got <class '[\w.]*ProcessGroup'>",
+        "torch 2.12 rejects a ProcessGroup among inner attrs", when=_PG_BROKEN_NATIVE,
+    )
     def test_process_group_in_attrs_inductor(self, device):
         self._fwd_bwd(device, _new_group, "inductor", (1, 0))
 

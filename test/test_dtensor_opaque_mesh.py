@@ -1,4 +1,4 @@
-"""DTensor with its ``device_mesh`` as an opaque inner attr (issue 13).
+"""DTensor with its ``device_mesh`` as an opaque inner attr.
 
 torch 2.13's DTensor flattens to ``["_local_tensor", "device_mesh"]``: the
 mesh is a graph input, so one compiled graph serves equal meshes and outputs

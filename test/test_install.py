@@ -240,15 +240,29 @@ class TestInstall(InstallTestCase):
         # a plain install() afterwards keeps forced (it has the fixes)
         self.assertEqual(tsrt.install(), st)
 
-    @unittest.skipIf(
-        VERSION not in _torch_compat.BACKPORT_VERSIONS,
-        f"backport-only: torch {VERSION} is not a backport release",
-    )
-    def test_backport_applies_backport_points(self):
-        st = tsrt.install()
-        self.assertEqual(st.mode, "backport")
-        expected = [p.name for p in registry.select(all_points(), VERSION, "backport")]
-        self.assertEqual(list(st.points), expected)
+    @needs_patching_torch
+    def test_self_check_probe_leaves_torchs_opaque_registry(self):
+        # install()'s self-check registers a probe opaque type for its
+        # check only: neither while installed nor after uninstall() does
+        # torch's registry know it (a second install checks again)
+        from torch_subclass_rt import install_check
+
+        def probe_entries():
+            probe = install_check._probe and install_check._probe[1]
+            return [
+                (name, key)
+                for name, reg in install_check._opaque_registries().items()
+                for key in list(reg.keys())
+                if key is probe or "_SelfCheckHandle" in str(key)
+            ]
+
+        for _ in range(2):
+            _install_patching()
+            self.assertIsNotNone(install_check._probe)
+            self.assertEqual(probe_entries(), [])
+            self.assertFalse(_torch_compat.is_registered_opaque_type(install_check._probe[1]))
+            tsrt.uninstall()
+            self.assertEqual(probe_entries(), [])
 
     @unittest.skipUnless(VERSION == "2.10.0", "torch 2.10's backport has no dtensor group")
     def test_dtensor_opt_in_refused_on_torch_2_10(self):
@@ -372,6 +386,33 @@ class TestStatus(InstallTestCase):
         for point in all_points():
             self.assertLessEqual(point.modes, registry.MODES, point.name)
             self.assertTrue(all(type(m) is tsrt.Mode for m in point.modes), point.name)
+
+    @needs_patching_torch
+    def test_cli_status_lists_each_points_guards(self):
+        import contextlib
+        import io
+
+        from torch_subclass_rt.__main__ import main
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(main(["status", "--install"] + (["--force"] if PATCH_MODE == "forced" else [])), 0)
+        # "  * <name>  <reason>" then indented lines: series, guarded by
+        blocks: dict[str, list[str]] = {}
+        for line in out.getvalue().split("patch points for torch", 1)[1].splitlines()[1:]:
+            if line[4:5].strip():
+                blocks[line[4:].split()[0]] = []
+            else:
+                blocks[list(blocks)[-1]].append(" ".join(line.split()))
+        known = all_points()  # a name may be declared once per release
+        groups = {p.group for p in known if p.group}
+        points = {p.name: p for p in registry.select(known, VERSION, PATCH_MODE, groups)}
+        self.assertLessEqual(set(tsrt.status().points), set(blocks))
+        for name, lines in blocks.items():
+            tests = points[name].guarded_by
+            guards = [ln for ln in lines if not ln.startswith(("series ", "not in the series", "speed-only"))]
+            want = [f"guarded by {tests[0]}", *tests[1:]] if tests else ["guarded by no test names it"]
+            self.assertEqual(guards, want, name)
 
     def test_status_is_frozen(self):
         st = tsrt.status()

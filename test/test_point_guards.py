@@ -3,7 +3,7 @@
 Each test here is named in the ``guarded_by`` of the point it guards and fails
 when ``install()`` leaves that point out (tools/ablate_points.py checks that).
 The cases are ones a user can hit: they pass on native torch >= 2.12, and on
-2.11 only with the point in place. The ``TestOurRuntimeRuns`` cases are for
+2.10/2.11 only with the point in place. The ``TestOurRuntimeRuns`` cases are for
 forced mode, whose points replace torch 2.13's working runtime with ours: there
 what must hold is that 2.13's callers really run our code.
 """
@@ -264,10 +264,13 @@ class TestPointGuards(TestCase):
     @unittest.skipUnless(torch.distributed.is_available(), "needs torch.distributed")
     def test_fsdp_sync_module_states_skips_opaque_attrs(self):
         # FSDP(sync_module_states=True) gathers every inner attr of a subclass
-        # parameter to check its device and broadcast it; an opaque is neither.
-        # On CPU FSDP refuses the module with its own message (the check reads
-        # each state's .device, here the mesh's first).
-        from torch.distributed.fsdp._init_utils import _sync_module_params_and_buffers
+        # parameter to check its device and broadcast it; an opaque is neither,
+        # so only the inner tensor may reach the check (which reads each
+        # state's .device: the mesh's first, here, when it is not skipped).
+        # On CPU the check then refuses the module with FSDP's own message.
+        from unittest import mock
+
+        from torch.distributed.fsdp import _init_utils
 
         class M(torch.nn.Module):
             def __init__(self):
@@ -275,8 +278,18 @@ class TestPointGuards(TestCase):
                 self.p = torch.nn.Parameter(MeshFirstTensor(torch.zeros(3), MeshHandle()))
 
         m = M()
-        with self.assertRaisesRegex(ValueError, "CPU parameters or buffers"):
-            _sync_module_params_and_buffers(m, list(m.parameters()), None)
+        checked = []
+        check = _init_utils._check_module_states_for_sync_module_states
+
+        def record(states):
+            checked.extend(states)
+            return check(states)
+
+        with mock.patch.object(
+            _init_utils, "_check_module_states_for_sync_module_states", side_effect=record
+        ), self.assertRaisesRegex(ValueError, "CPU parameters or buffers"):
+            _init_utils._sync_module_params_and_buffers(m, list(m.parameters()), None)
+        self.assertEqual([type(s) for s in checked], [torch.Tensor], checked)
 
 
 # --------------------------------------------------------------------------

@@ -241,7 +241,10 @@ class TestSourceEditDiffs(TestCase):
         self.assertEqual(entries(), before, "the same edits reuse their entries")
 
     def test_edited_text_reaches_package_only_through_tsrt(self):
-        for name, rec in _edited_replacements().items():
+        edits = _edited_replacements()
+        if not edits:
+            self.skipTest(f"install() edits no torch source in mode {MODE}")
+        for name, rec in edits.items():
             self.assertNotIn("torch_subclass_rt", rec.edited, name)
             self.assertNotIn("__import__(", rec.edited, name)
 

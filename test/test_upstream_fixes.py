@@ -32,6 +32,20 @@ import torch_subclass_rt as tsrt  # noqa: E402
 NATIVE = harness.torch_major_minor() >= (2, 12)
 
 
+def _release_function(test, fixed, point: str):
+    """The release's own function that the installed fix ``point`` wraps
+    (``__wrapped__``); skips where the point is not installed."""
+    if point not in tsrt.status().points:
+        test.skipTest(f"the issue 179870 fix ({point}) is not installed (mode {MODE})")
+    release = getattr(fixed, "__wrapped__", None)
+    test.assertIsNotNone(
+        release,
+        f"{point} is installed but {fixed.__qualname__} has no __wrapped__ (the "
+        "release's function it replaces): the fix lost its functools.wraps",
+    )
+    return release
+
+
 class QuantConfig(tsrt.OpaqueBase):
     """A value-type opaque (compared by ``__eq__``): subclass metadata."""
 
@@ -138,6 +152,8 @@ class TestUpstreamFixes(TestCase):
         "PR 193190 (on these releases; upstream also PR 187057, issue 187041)",
         broken_on=("2.12.1", "2.13.0"),
         fails_with=(AssertionError,),
+        # the stored object is the graph's fake, not the real one
+        match=r"FakeScriptObject'> is not <class '[\w.]*QuantConfig'>",
     )
     def test_value_type_graph_output_subclass_metadata_side_effect(self):
         # A value opaque created in the graph is both subclass metadata and
@@ -167,6 +183,8 @@ class TestUpstreamFixes(TestCase):
     @harness.upstream_bug(
         "PR 193190", broken_on=("2.12.1", "2.13.0", "2.14.1"),
         fails_with=(AssertionError,),
+        # a FakeScriptObject on a cold compile, None from the FX graph cache
+        match=r"(FakeScriptObject|NoneType)'> is not <class '[\w.]*QuantConfig'>",
     )
     def test_opaque_constant_with_subclass_output_cache_hit(self):
         # A value opaque made in the graph is returned next to a subclass
@@ -198,6 +216,7 @@ class TestUpstreamFixes(TestCase):
     @harness.upstream_bug(
         "PR 188799 (issue 188796)", broken_on=("2.11.0", "2.12.1", "2.13.0", "2.14.1"),
         fails_with=(torch._dynamo.exc.Unsupported,),
+        match=r"Unsupported method call.*get_num_buffers",
     )
     @harness.needs_opaque_members
     @harness.needs_value_opaque_members
@@ -231,6 +250,11 @@ class TestUpstreamFixes(TestCase):
         "issue 179870 (open; PR 181676 unmerged)",
         broken_on=("2.12.1", "2.13.0", "2.14.1"),
         fails_with=(RuntimeError,),
+        # 2.12.1 cannot serialize the argument; 2.13.0/2.14.1 cannot load it
+        match=(
+            r"Unsupported argument type: <class '[\w.]*QuantConfig'> with schema arg_type PyObject"
+            r"|error when deserializing the saved file"
+        ),
     )
     def test_export_save_load_opaque_constant(self):
         # A value opaque baked into an exported program, a literal argument
@@ -270,9 +294,7 @@ class TestUpstreamFixes(TestCase):
         # argument is missing.
         from torch.export.pt2_archive import _package
 
-        stock_load = getattr(_package._load_exported_programs, "__wrapped__", None)
-        if stock_load is None:
-            self.skipTest(f"the issue 179870 fix is not installed (mode {MODE})")
+        stock_load = _release_function(self, _package._load_exported_programs, "fix._load_exported_programs.opaque_constant")
         buf = io.BytesIO()
         torch.export.save(torch.export.export(ScaleByConfig(), (torch.ones(3),)), buf)
         with mock.patch.object(_package, "_load_exported_programs", stock_load):
@@ -297,9 +319,7 @@ class TestUpstreamFixes(TestCase):
         # release: same records, same order, same bytes.
         from torch.export.pt2_archive import _package
 
-        stock_save = getattr(_package._package_exported_programs, "__wrapped__", None)
-        if stock_save is None:
-            self.skipTest(f"the issue 179870 fix is not installed (mode {MODE})")
+        stock_save = _release_function(self, _package._package_exported_programs, "fix._package_exported_programs.opaque_constant")
 
         class M(torch.nn.Module):
             def __init__(self):
@@ -416,16 +436,13 @@ class TestUpstreamFixesCUDA(TestCase):
         torch.cuda.is_available(),
         "CUDA graphs (mode='reduce-overhead') need a CUDA device; none here",
     )
-    @harness.upstream_bug(
-        "PR 179793", broken_on=("2.11.0",), carried=False,
-        fails_with=(AssertionError, RuntimeError, torch._dynamo.exc.BackendCompilerFailed),
-    )
     def test_opaque_input_through_cudagraph_trees(self):
         # A reference opaque (the mesh handle, a graph input next to the
-        # local tensor) in the CUDA-graph tree pipeline: 2.11 refused the
-        # graph ("non-Tensor inputs") or copied the opaque like a tensor.
-        # 2.12+ ship the fix; the 2.11 backport does not carry it (no GPU
-        # was available to verify one), so the test records the bug there.
+        # local tensor) in the CUDA-graph tree pipeline (upstream PR 179793:
+        # stock 2.11 refused such a graph, "non-Tensor inputs", or copied
+        # the opaque like a tensor). It was recorded as that bug on 2.11
+        # until run on a GPU: with install() on torch 2.11.0 (H200) it
+        # passes, so it is a plain test, on every torch with a GPU.
         from torch._dynamo.utils import counters
 
         from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor

@@ -2,7 +2,7 @@
 under ``torch.compile``, on the torch people already run.
 
     import torch_subclass_rt as tsrt
-    tsrt.install()          # torch 2.11: patches; torch >= 2.12: native, plus the
+    tsrt.install()          # torch 2.10/2.11: patches; torch >= 2.12: native, plus the
                             # later upstream fixes a release lacks ("native+fixes")
 
     class Mesh(tsrt.OpaqueBase): ...

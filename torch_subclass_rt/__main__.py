@@ -37,6 +37,9 @@ def _status(args: argparse.Namespace) -> int:
                 fix += f" [opt-in group {p.group!r}]"
             print(f"  {mark} {p.name:55s} {p.reason}{fix}")
             print(f"  {'':57s} {p.series_summary()}")
+            # the tests that fail without it (tools/ablate_points.py checks)
+            for i, test in enumerate(p.guarded_by or ("no test names it",)):
+                print(f"  {'':57s} {'guarded by' if i == 0 else '':10s} {test}")
     else:
         print(f"torch {st.torch_version} ({mode}): nothing to patch")
     return 0

@@ -3,11 +3,16 @@
 Runs inside the install transaction (a failure rolls the install back). It
 exercises the installed objects through torch's own module attributes, so a
 point that resolved to the wrong place fails here, not in a user's compile.
+The probe opaque type it registers is in torch's registries during the check
+only (:func:`_probe_registered`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator, MutableMapping
+from typing import Any
 
 import torch
 
@@ -48,18 +53,65 @@ def _probe_classes():
 
 
 _probe = None
+#: what registering the probe added to torch's opaque registries, by
+#: registry name: {key: value}; kept to put back for the next check
+_probe_entries: dict[str, dict] = {}
+
+
+def _opaque_registries() -> dict[str, Any]:
+    """torch's registries of opaque types: the module-level mappings of
+    ``torch._library.opaque_object`` (their number and names differ by
+    release; a point may have replaced one by an overlay writing through
+    to it)."""
+    from . import _torch_compat
+
+    mod = _torch_compat._opaque_object_module()
+    return {
+        name: value for name, value in vars(mod).items()
+        if isinstance(value, (dict, MutableMapping))
+    }
+
+
+@contextlib.contextmanager
+def _probe_registered(handle_cls: type) -> Iterator[None]:
+    """The probe type registered as an opaque for the block only: torch's
+    registries hold exactly what they held before it afterwards. Registering
+    also names the type in torch's C++ registry, which has no way to forget
+    one and refuses a second registration; so the first check registers it
+    through torch and records what that added, and later checks put those
+    entries back for their block."""
+    from . import _torch_compat
+
+    registries = _opaque_registries()
+    if not _probe_entries:
+        before = {name: set(reg.keys()) for name, reg in registries.items()}
+        _torch_compat.register_opaque(handle_cls, typ="reference")
+        for name, reg in registries.items():
+            added = {k: reg[k] for k in set(reg.keys()) - before[name]}
+            if added:
+                _probe_entries[name] = added
+    else:
+        for name, added in _probe_entries.items():
+            registries[name].update(added)
+    try:
+        yield
+    finally:
+        for name, added in _probe_entries.items():
+            for key in added:
+                registries[name].pop(key, None)
 
 
 def check_installed() -> None:
     global _probe
-    from . import _torch_compat
 
     if _probe is None:
         _probe = _probe_classes()
     _, handle_cls, tensor_cls = _probe
-    if not _torch_compat.is_registered_opaque_type(handle_cls):
-        _torch_compat.register_opaque(handle_cls, typ="reference")
+    with _probe_registered(handle_cls):
+        _check(handle_cls, tensor_cls)
 
+
+def _check(handle_cls: type, tensor_cls: type) -> None:
     su = sys.modules.get("torch._functorch._aot_autograd.subclass_utils")
     if su is None:
         raise PatchError("self-check: AOTAutograd subclass_utils is not imported")

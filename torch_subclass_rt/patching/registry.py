@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._modes import POINT_MODES, Mode
+from . import dynamo_rules
 
 _MISSING = object()
 
@@ -104,10 +105,12 @@ class PatchPoint:
                 f"{self.name}: target must be 'module:attr' or 'module:Class.attr', "
                 f"got {self.target!r}"
             )
-        # Note [Points and the series]: every point is the backport of named
-        # series changes (series), or says why it has none (series_none), or
-        # only makes the backport faster (speed_only, which stays out of the
-        # series); exactly one of the three. tools/series_map.py checks the
+        # Note [Points and the series]
+        # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+        # Every point is the backport of named series changes (series), or
+        # says why it has none (series_none), or only makes the backport
+        # faster (speed_only, which stays out of the series); exactly one of
+        # the three. tools/series_map.py checks the
         # entries against patches/v<version>/ both ways.
         declared = [k for k in ("series", "series_none", "speed_only") if getattr(self, k)]
         if len(declared) != 1:
@@ -285,6 +288,9 @@ class _Plan:
     replacement: Any
     rebind_modules: list[Any]
     default_slots: list[_DefaultSlot]
+    #: Dynamo's rule for the torch original, which the replacement was
+    #: given (dynamo_rules.SKIP / INLINE; None for a value that is not code)
+    trace_rule: str | None = None
 
 
 class Journal:
@@ -347,6 +353,9 @@ def plan(points: Sequence[PatchPoint]) -> list[_Plan]:
                     f"{point.target}; the rebind list no longer matches this torch"
                 )
             rebind_modules.append(mod)
+        # Note [Replacements keep the original's trace rule] (dynamo_rules):
+        # torch's rule, also for a point stacked on another one
+        rule = below.trace_rule if below is not None else _trace_rule(point, original)
         if below is not None:
             # An upstream fix stacks on the point that already replaces this
             # attribute (the 2.11 backport's version of the same function):
@@ -361,12 +370,26 @@ def plan(points: Sequence[PatchPoint]) -> list[_Plan]:
             replacement = point.build(None if original is _MISSING else original)
         except Exception as e:
             raise PatchError(f"{point.name}: building the replacement failed: {e}") from e
+        if rule is not None:
+            dynamo_rules.keep_trace_rule(replacement, rule)
         if point.default_args and below is not None:
             raise PatchError(f"{point.name}: default_args on a stacked point")
         defaults = _default_slots(point, original)
-        plans.append(_Plan(point, owner, attr, original, replacement, rebind_modules, defaults))
+        plans.append(
+            _Plan(point, owner, attr, original, replacement, rebind_modules, defaults, rule)
+        )
         last[point.target] = plans[-1]
     return plans
+
+
+def _trace_rule(point: PatchPoint, original: Any) -> str | None:
+    """Dynamo's rule for a torch original (None outside torch: a registry
+    test's own module has no rule to keep)."""
+    if not (point.module_name == "torch" or point.module_name.startswith("torch.")):
+        return None
+    return dynamo_rules.expected_rule(
+        None if original is _MISSING else original, point.module_name
+    )
 
 
 def apply(

@@ -11,7 +11,7 @@ outputs / grads carry the caller's mesh, not the one seen at compile time
 These points give 2.11's DTensor the same flatten. They are a group of
 their own, applied only by ``install(dtensor=True)``: without them,
 ``install()`` leaves DTensor exactly as torch 2.11 has it. They need the
-DeviceMesh registration of ``points/distributed_opaques.py``; two further
+DeviceMesh registration of ``points/distributed_opaques.py``; one further
 piece lives in ``points/dynamo.py`` because its target is already edited
 there: ``dynamo.VariableBuilder.wrap_tensor``'s DTensor branch accepts this
 flatten's context (:func:`flatten_ctx_ok`).
