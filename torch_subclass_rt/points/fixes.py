@@ -357,6 +357,38 @@ def _build_load_opaque_constants(original):
     return _load_exported_programs
 
 
+def _build_registered_opaque_instancecheck(original):
+    from torch._library.fake_class_registry import FakeScriptObject
+    from torch._library.opaque_object import is_opaque_type
+    from torch._opaque_base import OpaqueBase
+
+    def __instancecheck__(cls, instance):
+        """Stands in for ``torch._opaque_base.OpaqueBaseMeta.__instancecheck__``
+        (torch 2.12.0, 2.12.1).
+
+        Differs for ``isinstance(x, OpaqueBase)`` only: an instance of any
+        registered opaque type, or a FakeScriptObject of one, is an opaque
+        object, as on torch >= 2.13 (upstream PR 180530). Those releases
+        register the pybind ``ProcessGroup`` as a reference opaque (its
+        metaclass is ``OpaqueBaseMeta``) but check the base nominally, and it
+        does not derive from ``OpaqueBase``: every "expected Tensor or
+        OpaqueBase" check of AOTAutograd refused a process group among a
+        subclass's inner attrs. A concrete subclass keeps the release's check.
+        """
+        if original(cls, instance):
+            return True
+        if cls is not OpaqueBase:
+            return False
+        if isinstance(instance, FakeScriptObject):
+            # not getattr: FakeScriptObject answers unknown names itself
+            instance = object.__getattribute__(instance, "__dict__").get("real_obj")
+            if instance is None:
+                return False
+        return is_opaque_type(type(instance))
+
+    return __instancecheck__
+
+
 _EXPORT_SERDE_FIX = "issue 179870 (open; PR 181676 unmerged)"
 #: value opaques reach torch.export from 2.12 on; 2.11 has nothing to save
 _EXPORT_SERDE_NO_SERIES = (
@@ -432,5 +464,21 @@ POINTS = [
         build=_build_load_opaque_constants,
         reason="torch.export.load could not read the value opaques saved by the point above",
         **_EXPORT_SERDE_POINT,
+    ),
+    PatchPoint(
+        name="fix.OpaqueBaseMeta.__instancecheck__.registered_opaque",
+        target="torch._opaque_base:OpaqueBaseMeta.__instancecheck__",
+        build=_build_registered_opaque_instancecheck,
+        reason="a ProcessGroup among a subclass's inner attrs failed AOTAutograd's "
+        "'expected Tensor or OpaqueBase' check",
+        upstream_fix="PR 180530",
+        series_none="torch 2.10/2.11 take the same rule from "
+        "distributed_opaques.OpaqueBaseMeta.__instancecheck__ (series patch 0012); "
+        "this point is its native+fixes counterpart on 2.12",
+        guarded_by=(
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_inductor_cpu",
+        ),
+        **upstream_fix("2.12.0", "2.12.1"),
     ),
 ]
