@@ -289,9 +289,7 @@ def register_type_name_normalization(cls: type) -> None:
     from torch.fx.graph import _illegal_char_regex
 
     names = {f"{cls.__module__}.{cls.__qualname__}"}
-    from torch._library.opaque_object import is_opaque_type
-
-    if is_opaque_type(cls):
+    if _torch_compat.is_registered_opaque_type(cls):
         names.add(get_opaque_type_name(cls))
     for full in names:
         _opaque_name_fixes[_illegal_char_regex.sub("_", full)] = cls.__name__

@@ -196,8 +196,8 @@ class TestDeviceMeshOpaque(TestCase):
 
         for cls in (DeviceMesh, ProcessGroup):
             name = oo.get_opaque_type_name(cls)
-            self.assertTrue(oo.is_opaque_reference_type(cls))
-            self.assertTrue(oo.is_opaque_reference_type(name))
+            self.assertTrue(tsrt._torch_compat.is_reference_opaque_type(cls))
+            self.assertTrue(tsrt._torch_compat.is_reference_opaque_type(name))
             self.assertIs(oo.get_opaque_obj_info(name), oo.get_opaque_obj_info(cls))
         info = oo.get_opaque_obj_info(DeviceMesh)
         for member in ("size", "mesh_dim_names", "ndim", "shape", "_layout", "get_local_rank"):

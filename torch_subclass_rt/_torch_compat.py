@@ -12,9 +12,31 @@ torch      base class                   registration
 2.10       ours: _opaque_base.OpaqueBase register_opaque_type(cls, *, typ);
            (no torch._opaque_base)      guard_fn / members once install() ran
 2.11–2.13  torch._opaque_base.OpaqueBase register_opaque_type(cls, typ=...)
->=2.14     CustomClassBase (old name     register_custom_class(cls, typ=
-           kept, deprecated)             "symbolic"|"constant")
+>=2.14     torch._custom_class_base.    register_custom_class(cls, typ=
+           CustomClassBase               "symbolic"|"constant")
 =========  ===========================  ====================================
+
+torch 2.14 renamed the opaque API (upstream PRs 188455, 188456, 188460,
+188461) and keeps the old names as aliases that log "... is deprecated"
+through ``logging`` each time they are used (importing
+``torch._opaque_base`` logs once). The package asks through the helpers
+below, which use 2.14's name where torch has it and the old one before:
+
+=============================  ==============================  =========================
+old name (torch <= 2.13)       torch >= 2.14                   helper here
+=============================  ==============================  =========================
+torch._opaque_base.OpaqueBase  torch._custom_class_base.       :func:`opaque_base`
+                               CustomClassBase
+register_opaque_type(typ=      register_custom_class(typ=      :func:`register_opaque`
+"reference"|"value")           "symbolic"|"constant")
+is_opaque_type                 is_custom_class                 :func:`is_registered_opaque_type`
+is_opaque_value                is_custom_class_obj             :func:`is_registered_opaque_object`
+is_opaque_value_type           is_opaque_constant_type         :func:`is_value_opaque_type`
+is_opaque_reference_type       is_opaque_symbolic_type         :func:`is_reference_opaque_type`
+=============================  ==============================  =========================
+
+test/test_no_deprecation.py checks that install(), a compile and
+uninstall() log none of those warnings.
 """
 
 from __future__ import annotations
@@ -84,14 +106,30 @@ def _module(name: str) -> Any:
 @functools.cache
 def opaque_base() -> type:
     """The class user opaques derive from on this torch."""
+    # not torch._opaque_base first: on 2.14 importing it logs a deprecation
     try:
-        base = _module("torch._opaque_base")
+        return _module("torch._custom_class_base").CustomClassBase
+    except ImportError:  # torch <= 2.13
+        pass
+    try:
+        return _module("torch._opaque_base").OpaqueBase
     except ImportError:  # torch 2.10: Note [OpaqueBase on torch 2.10]
-        from . import _opaque_base
+        return _package_opaque_base()
 
-        return _opaque_base.OpaqueBase
-    # 2.14 renamed OpaqueBase -> CustomClassBase, keeping the old name.
-    return getattr(base, "CustomClassBase", None) or base.OpaqueBase
+
+def _package_opaque_base() -> type:
+    from . import _opaque_base
+
+    return _opaque_base.OpaqueBase
+
+
+def _opaque_api(new: str, old: str) -> Any:
+    """``torch._library.opaque_object``'s function ``new`` (its torch >= 2.14
+    name), else ``old`` (the name before, deprecated on 2.14). Looked up at
+    each call, not cached: install() may replace either (on 2.10)."""
+    mod = _opaque_object_module()
+    fn = getattr(mod, new, None)
+    return fn if fn is not None else getattr(mod, old)
 
 
 def has_opaque_members() -> bool:
@@ -121,7 +159,7 @@ def register_opaque(cls: type, typ: str = "reference", **kwargs: Any) -> type:
             "'value' (compared by __eq__, baked into the graph)"
         )
     mod = _opaque_object_module()
-    if opaque_base() is not getattr(mod, "OpaqueBase", None):  # torch 2.10
+    if opaque_base() is _package_opaque_base():  # torch 2.10
         _check_registrable_on_2_10(cls, kwargs)
     new_api = getattr(mod, "register_custom_class", None)
     if new_api is not None:  # torch >= 2.14
@@ -202,21 +240,42 @@ def unwrap_fake_opaque(value: Any) -> Any:
 
 
 def is_reference_opaque_type(cls: type) -> bool:
+    """Registered as a reference-type opaque ("reference"; 2.14 spells it
+    "symbolic")."""
     mod = _opaque_object_module()
-    fn = getattr(mod, "is_opaque_reference_type", None)
+    fn = getattr(mod, "is_opaque_symbolic_type", None) or getattr(
+        mod, "is_opaque_reference_type", None
+    )
     if fn is not None:
         return bool(fn(cls))
-    return bool(mod.is_opaque_type(cls)) and not bool(mod.is_opaque_value_type(cls))
+    return is_registered_opaque_type(cls) and not is_value_opaque_type(cls)
 
 
-def is_registered_opaque_type(cls: type) -> bool:
-    return bool(_opaque_object_module().is_opaque_type(cls))
+def is_registered_opaque_type(cls: type | str) -> bool:
+    """``cls`` (a class, or a registered type name) is a registered opaque
+    type, or a subclass of one."""
+    return bool(_opaque_api("is_custom_class", "is_opaque_type")(cls))
+
+
+def is_registered_opaque_object(value: object) -> bool:
+    """``value`` is an instance of a registered opaque type, or a
+    FakeScriptObject of one (torch >= 2.13's ``is_opaque_value``; 2.14's
+    ``is_custom_class_obj``). Asks the registry, never ``isinstance``."""
+    mod = _opaque_object_module()
+    fn = getattr(mod, "is_custom_class_obj", None)
+    if fn is not None:
+        return bool(fn(value))
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    if isinstance(value, FakeScriptObject):
+        # not getattr: a FakeScriptObject answers unknown names itself
+        value = object.__getattribute__(value, "__dict__").get("real_obj")
+    return value is not None and is_registered_opaque_type(type(value))
 
 
 def is_value_opaque_type(cls: type) -> bool:
     """Registered as a value-type opaque ("value"; 2.14 spells it "constant")."""
-    mod = _opaque_object_module()
-    fn = getattr(mod, "is_opaque_constant_type", None) or mod.is_opaque_value_type
+    fn = _opaque_api("is_opaque_constant_type", "is_opaque_value_type")
     try:
         return bool(fn(cls))
     except Exception:  # noqa: BLE001 - e.g. an unhashable or odd class object

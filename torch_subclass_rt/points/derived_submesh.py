@@ -206,11 +206,14 @@ def is_opaque_node(node: Any) -> bool:
     ``torch._functorch._aot_autograd.graph_compile.is_opaque_node``)."""
     import torch
     from torch._library.fake_class_registry import FakeScriptObject
-    from torch._library.opaque_object import is_opaque_type
+
+    from .._torch_compat import is_registered_opaque_type
 
     val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    # is_opaque_type(type(val)): 2.11's is_opaque_value, which 2.10 lacks
-    return isinstance(val, (torch.ScriptObject, FakeScriptObject)) or is_opaque_type(type(val))
+    # is_registered_opaque_type(type(val)): 2.11's is_opaque_value, which 2.10 lacks
+    return isinstance(val, (torch.ScriptObject, FakeScriptObject)) or is_registered_opaque_type(
+        type(val)
+    )
 
 
 def _build_default_partition(original):

@@ -256,16 +256,10 @@ def _build_instancecheck(original):
         (``DeviceMesh`` / ``ProcessGroup`` do not derive from ``OpaqueBase``
         on 2.11). For a concrete subclass, 2.11's nominal check is kept.
         """
-        from torch._library.fake_class_registry import FakeScriptObject
-        from torch._library.opaque_object import is_opaque_type
-
         if cls is _torch_compat.opaque_base():
-            if type.__instancecheck__(cls, instance):
-                return True
-            if isinstance(instance, FakeScriptObject):
-                real = object.__getattribute__(instance, "__dict__").get("real_obj")
-                return real is not None and is_opaque_type(type(real))
-            return is_opaque_type(type(instance))
+            return type.__instancecheck__(cls, instance) or (
+                _torch_compat.is_registered_opaque_object(instance)
+            )
         return original(cls, instance)
 
     return __instancecheck__
@@ -275,10 +269,8 @@ def treat_as_opaque(builder: Any, value: Any) -> bool:
     """Called from the edited ``VariableBuilder._wrap``: wrap this mesh /
     process group as an opaque graph input (set by the edited
     ``wrap_tensor`` for the inner attrs of a subclass input)."""
-    from torch._library.opaque_object import is_opaque_reference_type
-
-    return bool(getattr(builder, "_tsrt_opaque_attr", False)) and is_opaque_reference_type(
-        type(value)
+    return bool(getattr(builder, "_tsrt_opaque_attr", False)) and (
+        _torch_compat.is_reference_opaque_type(type(value))
     )
 
 

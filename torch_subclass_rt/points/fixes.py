@@ -39,7 +39,7 @@ import sys
 
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from .._torch_compat import is_value_opaque_type
+from .._torch_compat import is_registered_opaque_object, is_value_opaque_type
 from ..patching.registry import PatchPoint
 from ._versions import upstream_fix
 
@@ -358,8 +358,6 @@ def _build_load_opaque_constants(original):
 
 
 def _build_registered_opaque_instancecheck(original):
-    from torch._library.fake_class_registry import FakeScriptObject
-    from torch._library.opaque_object import is_opaque_type
     from torch._opaque_base import OpaqueBase
 
     def __instancecheck__(cls, instance):
@@ -377,14 +375,7 @@ def _build_registered_opaque_instancecheck(original):
         """
         if original(cls, instance):
             return True
-        if cls is not OpaqueBase:
-            return False
-        if isinstance(instance, FakeScriptObject):
-            # not getattr: FakeScriptObject answers unknown names itself
-            instance = object.__getattribute__(instance, "__dict__").get("real_obj")
-            if instance is None:
-                return False
-        return is_opaque_type(type(instance))
+        return cls is OpaqueBase and is_registered_opaque_object(instance)
 
     return __instancecheck__
 

@@ -106,7 +106,9 @@ def get_opaque_obj_info(cls: Any) -> Any:
     or None (torch 2.11's ``get_opaque_obj_info``)."""
     from torch._library import opaque_object as oo
 
-    if not oo.is_opaque_type(cls):
+    from .._torch_compat import is_registered_opaque_type
+
+    if not is_registered_opaque_type(cls):
         return None
     return oo._OPAQUE_TYPES_BY_NAME[cls] if isinstance(cls, str) else oo._OPAQUE_TYPES[cls]
 
@@ -173,15 +175,14 @@ def _real_opaque(vt: Any) -> Any:
     """The real reference opaque behind a TorchScriptObjectVariable's fake,
     or None (a TorchScript object, a value opaque, a fake without one)."""
     from torch._library.fake_class_registry import FakeScriptObject
-    from torch._library.opaque_object import is_opaque_reference_type
 
-    from .._torch_compat import unwrap_fake_opaque
+    from .._torch_compat import is_reference_opaque_type, unwrap_fake_opaque
 
     value = vt.value
     if not isinstance(value, FakeScriptObject):
         return None
     real = unwrap_fake_opaque(value)
-    if real is None or not is_opaque_reference_type(type(real)):
+    if real is None or not is_reference_opaque_type(type(real)):
         return None
     return real
 
@@ -233,8 +234,9 @@ def _member_call(self: Any, tx: Any, name: str, args: Any, kwargs: Any, real: An
     from torch._dynamo.variables.base import VariableTracker
     from torch._dynamo.variables.builder import wrap_fx_proxy
     from torch._dynamo.variables.constant import ConstantVariable
-    from torch._library import opaque_object as oo
     from torch.utils import _pytree as pytree
+
+    from .._torch_compat import is_reference_opaque_type
 
     kind = _member_kind(real, name)
     if kind is MemberType.INLINED:
@@ -254,7 +256,7 @@ def _member_call(self: Any, tx: Any, name: str, args: Any, kwargs: Any, real: An
     result = getattr(real, name)(*const_args, **const_kwargs)
     if name == "__setattr__":
         return ConstantVariable.create(None)
-    if any(oo.is_opaque_reference_type(type(leaf)) for leaf in pytree.tree_leaves(result)):
+    if any(is_reference_opaque_type(type(leaf)) for leaf in pytree.tree_leaves(result)):
         unimplemented(
             gb_type="USE_REAL member of an opaque returned a reference-type opaque",
             context=f"{type(real).__name__}.{name}",
