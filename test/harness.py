@@ -11,7 +11,7 @@ Mode under test (env var ``TSRT_MODE``):
     torch 2.13 with ``torch_subclass_rt.install(force=True)``: our runtime
     replaces the native one and must behave (and trace) identically.
 ``native+fixes``
-    torch 2.12.1 / 2.13.0 / 2.14.1 with ``torch_subclass_rt.install()``: the
+    torch 2.12.x / 2.13.0 / 2.14.x with ``torch_subclass_rt.install()``: the
     native implementation plus the later upstream fixes the release lacks
     (``points/fixes.py``; tests marked :func:`upstream_bug`).
 ``patched``

@@ -651,7 +651,7 @@ class TestUpstreamOpaqueObjV2(TestCase):
         self.assertEqual(out.data_, x.data_ * m.w.detach())
 
     @harness.upstream_bug(
-        "PR 193190", broken_on=("2.12.1", "2.13.0"), fails_with=(AssertionError,),
+        "PR 193190", broken_on=("2.12.0", "2.12.1", "2.13.0"), fails_with=(AssertionError,),
         # a FakeScriptObject on a cold compile, None from the FX graph cache
         match=r"(FakeScriptObject|NoneType)'> is not <class '[\w.]*Scale'>",
     )
@@ -659,7 +659,7 @@ class TestUpstreamOpaqueObjV2(TestCase):
         self._opaque_constant_output_with_subclass_output("aot_eager")
 
     @harness.upstream_bug(
-        "PR 193190", broken_on=("2.12.1", "2.13.0"), fails_with=(AssertionError,),
+        "PR 193190", broken_on=("2.12.0", "2.12.1", "2.13.0"), fails_with=(AssertionError,),
         # a FakeScriptObject on a cold compile, None from the FX graph cache
         match=r"(FakeScriptObject|NoneType)'> is not <class '[\w.]*Scale'>",
     )

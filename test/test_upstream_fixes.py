@@ -150,7 +150,7 @@ class TestUpstreamFixes(TestCase):
     )
     @harness.upstream_bug(
         "PR 193190 (on these releases; upstream also PR 187057, issue 187041)",
-        broken_on=("2.12.1", "2.13.0"),
+        broken_on=("2.12.0", "2.12.1", "2.13.0"),
         fails_with=(AssertionError,),
         # the stored object is the graph's fake, not the real one
         match=r"FakeScriptObject'> is not <class '[\w.]*QuantConfig'>",
@@ -181,7 +181,7 @@ class TestUpstreamFixes(TestCase):
         ">= 2.12), which 2.11 lacks and the backport does not carry",
     )
     @harness.upstream_bug(
-        "PR 193190", broken_on=("2.12.1", "2.13.0", "2.14.1"),
+        "PR 193190", broken_on=("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
         fails_with=(AssertionError,),
         # a FakeScriptObject on a cold compile, None from the FX graph cache
         match=r"(FakeScriptObject|NoneType)'> is not <class '[\w.]*QuantConfig'>",
@@ -214,7 +214,7 @@ class TestUpstreamFixes(TestCase):
                 self.assertEqual(out._meta, QuantConfig("fp8"))
 
     @harness.upstream_bug(
-        "PR 188799 (issue 188796)", broken_on=("2.11.0", "2.12.1", "2.13.0", "2.14.1"),
+        "PR 188799 (issue 188796)", broken_on=("2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
         fails_with=(torch._dynamo.exc.Unsupported,),
         match=r"Unsupported method call.*get_num_buffers",
     )
@@ -248,7 +248,7 @@ class TestUpstreamFixes(TestCase):
     @unittest.skipUnless(NATIVE, "torch.export of value opaques needs torch >= 2.12")
     @harness.upstream_bug(
         "issue 179870 (open; PR 181676 unmerged)",
-        broken_on=("2.12.1", "2.13.0", "2.14.1"),
+        broken_on=("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
         fails_with=(RuntimeError,),
         # 2.12.1 cannot serialize the argument; 2.13.0/2.14.1 cannot load it
         match=(

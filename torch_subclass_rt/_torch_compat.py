@@ -60,7 +60,7 @@ NATIVE_SINCE: tuple[int, int] = (2, 12)
 #: native releases that lack later upstream fixes to this feature; install()
 #: applies the fix points there (mode "native+fixes", points/fixes.py). A
 #: native release not listed here has no known bug and stays "native".
-FIXES_VERSIONS: tuple[str, ...] = ("2.12.0", "2.12.1", "2.13.0", "2.14.1")
+FIXES_VERSIONS: tuple[str, ...] = ("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1")
 
 
 def torch_version() -> str:

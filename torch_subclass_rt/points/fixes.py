@@ -1,7 +1,7 @@
 """Later upstream fixes for opaque objects in subclasses, carried into the
 releases that lack them.
 
-Native torch 2.12.1 / 2.13.0 / 2.14.1 support opaque attrs in
+Native torch 2.12.0 / 2.12.1 / 2.13.0 / 2.14.0 / 2.14.1 support opaque attrs in
 ``__tensor_flatten__`` but shipped bugs in the feature that upstream fixed
 only later. ``install()`` on those releases applies exactly the points below
 that list the release (mode "native+fixes"); forced mode on 2.13.0 carries
@@ -18,7 +18,7 @@ reproduces the bug on every affected release is in
 
 Issue 187041 (a value opaque that is subclass metadata and is also stored
 through a side effect reaches the side effect as a FakeScriptObject;
-2.12.1, 2.13.0) has no point of its own. Upstream's PR 187057 unwraps the
+2.12.0, 2.12.1, 2.13.0) has no point of its own. Upstream's PR 187057 unwraps the
 FakeScriptObject in Dynamo's bytecode codegen. On these releases that
 object only exists because AOTAutograd turned the value opaque into a
 FakeScriptObject constant next to a subclass output, which the PR 193190
@@ -49,8 +49,8 @@ _MISSING = object()
 def _build_callable_value_opaque_getattr(original):
     @functools.wraps(original)
     def dynamic_getattr(self, tx, name):
-        """Stands in for ``TensorVariable.dynamic_getattr`` (torch 2.12.1,
-        2.13.0, 2.14.1; on 2.11.0 it wraps the backport's edited copy).
+        """Stands in for ``TensorVariable.dynamic_getattr`` (torch 2.12.x,
+        2.13.0, 2.14.x; on 2.11.0 it wraps the backport's edited copy).
 
         Differs: an attribute of an intermediate subclass (no source) that is
         a *callable* value-type opaque (a quantizer with ``__call__``) is
@@ -81,7 +81,7 @@ def _build_value_opaque_outputs_stay_constants(original):
     @functools.wraps(original)
     def unwrap_tensor_subclasses(wrapped_args, *args, **kwargs):
         """Stands in for ``subclass_utils.unwrap_tensor_subclasses`` (torch
-        2.12.1, 2.13.0, 2.14.1; in forced mode it wraps our runtime's copy).
+        2.12.x, 2.13.0, 2.14.x; in forced mode it wraps our runtime's copy).
 
         Differs: a value-type opaque among the values to flatten (a plain
         graph output next to a subclass output) stays the real object.
@@ -140,11 +140,11 @@ def _build_serialize_opaque_constant_input(original):
     @functools.wraps(original)
     def serialize_input(self, arg, *args, **kwargs):
         """Stands in for ``GraphModuleSerializer.serialize_input`` of
-        ``torch._export.serde.serialize`` (torch 2.12.1, 2.13.0, 2.14.1).
+        ``torch._export.serde.serialize`` (torch 2.12.x, 2.13.0, 2.14.x).
 
         Differs for a value-type opaque argument only: it becomes a custom
         object argument named ``_custom_obj_N`` and is kept in
-        ``self.custom_objs``, as 2.13.0/2.14.1 do (2.12.1 raised "Unsupported
+        ``self.custom_objs``, as 2.13.0/2.14.x do (2.12.x raised "Unsupported
         argument type"), and is also recorded for the archive writer below,
         which the releases never hand it to.
         """
@@ -173,7 +173,7 @@ def _build_package_opaque_constants(original):
         archive_writer, exported_programs, opset_version=None, pickle_protocol=None
     ):
         """Stands in for ``_package_exported_programs`` of
-        ``torch.export.pt2_archive._package`` (torch 2.12.1, 2.13.0, 2.14.1;
+        ``torch.export.pt2_archive._package`` (torch 2.12.x, 2.13.0, 2.14.x;
         the same function in all three).
 
         Differs: each program is serialized before its constants table is
@@ -284,7 +284,7 @@ def _build_load_opaque_constants(original):
     @functools.wraps(original)
     def _load_exported_programs(archive_reader, file_names, expected_opset_version):
         """Stands in for ``_load_exported_programs`` of
-        ``torch.export.pt2_archive._package`` (torch 2.12.1, 2.13.0, 2.14.1;
+        ``torch.export.pt2_archive._package`` (torch 2.12.x, 2.13.0, 2.14.x;
         the same function in all three).
 
         Differs only for an archive whose constants tables hold
@@ -397,7 +397,7 @@ _EXPORT_SERDE_POINT = dict(
     upstream_fix=_EXPORT_SERDE_FIX,
     series_none=_EXPORT_SERDE_NO_SERIES,
     guarded_by=_EXPORT_SERDE_TESTS,
-    **upstream_fix("2.12.1", "2.13.0", "2.14.1"),
+    **upstream_fix("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
 )
 
 
@@ -412,7 +412,7 @@ POINTS = [
         guarded_by=(
             "test/test_upstream_fixes.py::TestUpstreamFixes::test_tensor_subclass_with_callable_opaque_attr",
         ),
-        **upstream_fix("2.11.0", "2.12.1", "2.13.0", "2.14.1"),
+        **upstream_fix("2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
     ),
     PatchPoint(
         name="fix.unwrap_tensor_subclasses.value_opaque_output",
@@ -422,7 +422,7 @@ POINTS = [
         "constant (None after an FX-graph-cache hit)",
         upstream_fix="PR 193190",
         series_none="torch 2.11 with the backport (or the series) does not have this bug "
-        "(test/test_upstream_fixes.py: broken on 2.12.1, 2.13.0, 2.14.1), so the point "
+        "(test/test_upstream_fixes.py: broken on 2.12.x, 2.13.0, 2.14.x), so the point "
         "does not apply to 2.11.0 and the v2.11.0 series does not carry the fix",
         rebinds=(
             "torch._functorch.aot_autograd",
@@ -432,14 +432,14 @@ POINTS = [
             "test/test_upstream_fixes.py::TestUpstreamFixes::test_opaque_constant_with_subclass_output_cache_hit",
             "test/test_upstream_fixes.py::TestUpstreamFixes::test_value_type_graph_output_subclass_metadata_side_effect",
         ),
-        **upstream_fix("2.12.1", "2.13.0", "2.14.1"),
+        **upstream_fix("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
     ),
     PatchPoint(
         name="fix.GraphModuleSerializer.serialize_input.opaque_constant",
         target="torch._export.serde.serialize:GraphModuleSerializer.serialize_input",
         build=_build_serialize_opaque_constant_input,
-        reason="a value opaque passed to a graph node could not be serialized (2.12.1) "
-        "or was left out of the saved archive (2.13.0, 2.14.1)",
+        reason="a value opaque passed to a graph node could not be serialized (2.12.x) "
+        "or was left out of the saved archive (2.13.0, 2.14.x)",
         **_EXPORT_SERDE_POINT,
     ),
     PatchPoint(
