@@ -16,6 +16,8 @@
                                    register_custom_class) behind tsrt.OpaqueBase /
                                    tsrt.register_opaque, and 2.14's graph printing
                                    (test/expected/v2.14/); then the fix tests in native
+  nox -s "tests(torch='2.12.0')"   a first release whose patch release has the session
+  nox -s "tests(torch='2.14.0')"   above: only what can differ per wheel (FIRST_RELEASES)
 
 The fix tests (test/test_upstream_fixes.py) fail as xfail in plain native on
 a release that has the bug and must pass with install(); the whole suite runs
@@ -53,6 +55,28 @@ RANKS_TESTS = "test/test_distributed_opaque_ranks.py"
 #: backport torch (2.11) and once on a native one (2.13), not in every
 #: session nor in every mode
 COMPARE_TESTS = "test/test_compare.py"
+
+#: releases install() carries fixes on whose patch release (2.12.1, 2.14.1)
+#: has a session running the whole suite. The .0 wheel ships the same
+#: feature code; what can differ per wheel is which upstream bugs it has
+#: (the fix tests in plain native: each must show its bug), that install()
+#: carries their fixes, and the graphs it prints (the graph-dump suites,
+#: against the same test/expected/v2.xx files). That check, not the whole
+#: suite again, keeps the matrix within its time.
+FIRST_RELEASES = ("2.12.0", "2.14.0")
+FIRST_RELEASE_NATIVE = [
+    FIX_TESTS,
+    # PR 180530: torch 2.12 refuses a ProcessGroup among inner attrs
+    "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
+]
+FIRST_RELEASE_FIXES = [
+    *FIRST_RELEASE_NATIVE,
+    "test/test_install.py",
+    "test/test_no_deprecation.py",
+    "test/test_opaque_attr_tracing.py",
+    "test/test_opaque_subclass_attrs.py",
+    "test/test_point_guards.py",
+]
 
 
 def _step(session: nox.Session, *args: str, **kwargs) -> None:
@@ -156,7 +180,7 @@ _CHECK_TORCH = (
 
 
 @nox.session
-@nox.parametrize("torch", ["2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1"])
+@nox.parametrize("torch", ["2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.12.0", "2.14.0"])
 def tests(session: nox.Session, torch: str) -> None:
     session.install(f"torch=={torch}")
     session.install("-e", ".[test]")
@@ -188,6 +212,9 @@ def tests(session: nox.Session, torch: str) -> None:
         # the same change as a git-am series: applies to v2.11.0, the suite
         # passes on the patched torch without this package, dumps identical
         _step(session, "python", "tools/verify_patches.py", "--base", "v2.11.0", env=env)
+    elif torch in FIRST_RELEASES:
+        _run_files(session, "native", FIRST_RELEASE_NATIVE, env)
+        _run_files(session, "native+fixes", FIRST_RELEASE_FIXES, env)
     elif torch in ("2.12.1", "2.14.1"):
         _run_suite(session, "native+fixes", os.path.join(dumps, "native+fixes"), env,
                    ignore=(RANKS_TESTS, COMPARE_TESTS))

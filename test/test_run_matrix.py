@@ -244,5 +244,17 @@ class TestDiskGate(RunMatrixTestCase):
         self.assertIsNone(rm.call_args.kwargs["gate"])
 
 
+class TestMatrixCoversReleases(unittest.TestCase):
+    def test_every_release_install_supports_has_a_session(self):
+        # a release added to install()'s tables (a .0 that lacks the fixes
+        # its patch release carries) must be tested by the matrix too
+        from test_packaging import _matrix_versions
+
+        from torch_subclass_rt import _torch_compat as compat
+
+        supported = {*compat.BACKPORT_VERSIONS, *compat.FORCED_VERSIONS, *compat.FIXES_VERSIONS}
+        self.assertEqual(supported - set(_matrix_versions()), set())
+
+
 if __name__ == "__main__":
     unittest.main()
