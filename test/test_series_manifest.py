@@ -150,23 +150,6 @@ ONLY_OURS: dict[tuple[str, str, str], str] = {
         ),
     }),
     **_listed("test/test_device_mesh_opaque.py", {
-        # ported into v2.11.0's 0013; the v2.10.0 copy is the older one
-        "test_equal_meshes_one_compile_runtime_mesh_aot_eager": (
-            "not yet ported to v2.10.0: its 0013 has two equal meshes only in "
-            "test_mesh_attr_into_custom_op_is_runtime_mesh, forward only; the backward's "
-            "x.grad.mesh over meshes a, b, a is in v2.11.0's 0013 and ours"
-        ),
-        "test_member_reads_in_dynamo": (
-            "not yet ported to v2.10.0, where it guards 0000's "
-            "TorchScriptObjectVariable.var_getattr and call_method: its 0013 reads only "
-            "x.mesh.size() in compiled code; v2.11.0's 0013 has the case"
-        ),
-        "test_process_group_in_attrs_inductor": (
-            "not yet ported to v2.10.0: its 0013 runs the ProcessGroup inner attr with "
-            "aot_eager only; v2.11.0's 0013 and ours run it through Inductor too"
-        ),
-    }, V2_10),
-    **_listed("test/test_device_mesh_opaque.py", {
         "test_unregistered_member_in_dynamo": (
             "not yet ported to v2.10.0: on 2.10 the error naming the member and "
             "members=... comes from 0000's TorchScriptObjectVariable.var_getattr; 0013's "
