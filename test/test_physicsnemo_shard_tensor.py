@@ -10,14 +10,16 @@ shows). Then the mesh is a graph input: one compiled graph serves every equal
 mesh, and outputs and grads carry the caller's mesh (stock ShardTensor keeps
 the mesh in the context, guards on it and returns the mesh of the first call).
 
-Two spawned gloo ranks per backend (aot_eager, inductor) run every scenario
-in one go: unary ops, ``F.linear`` (ShardTensor falls back to DTensor's
-sharding propagation, which checks the mesh it is handed), and a forward +
-backward through ``F.linear``. Each is compiled with ``fullgraph=True`` and
-called with three equal meshes: ``init_device_mesh`` twice and
-``DeviceMesh.from_group`` over the same ranks. Checked on each rank: one
-compile per scenario, the values and grads against eager ShardTensor and
-against plain tensors in one process, the caller's mesh on outputs and grads.
+Two spawned gloo ranks run every case in one go (a spawn, with torch and
+physicsnemo imported, costs more than all aot_eager compiles together):
+for aot_eager and inductor, unary ops and ``F.linear`` (ShardTensor falls
+back to DTensor's sharding propagation, which checks the mesh it is handed),
+each forward only and forward + backward. Each is compiled with
+``fullgraph=True`` and called with three equal meshes: ``init_device_mesh``
+twice and ``DeviceMesh.from_group`` over the same ranks. Checked on each
+rank: one compile per case, the values and grads against eager ShardTensor
+and against plain tensors in one process, the caller's mesh on outputs and
+grads. Every failing case is reported, one line each, before the tracebacks.
 
 physicsnemo is pinned and installed without its dependencies plus the few
 its ``domain_parallel`` needs to import (test/requirements-physicsnemo.txt);
@@ -39,6 +41,7 @@ import queue as queue_mod
 import re
 import socket
 import sys
+import time
 import traceback
 
 import harness
@@ -77,9 +80,9 @@ if _MISSING is not None:
     pytest.skip(_MISSING, allow_module_level=True)
 
 WORLD = 2
-#: spawn + importing physicsnemo (warp) + three cold compiles (inductor:
-#: forward and backward) per rank, on a CPU shared with other work
-TIMEOUT = 420.0
+#: spawn + importing physicsnemo (warp) + eight cold compiles per rank
+#: (four with a backward): about 3.5 minutes on 2 cores at load 14
+TIMEOUT = 540.0
 #: global shapes: x (ROWS, IN) sharded on rows, w (OUT, IN) replicated
 ROWS, IN, OUT = 8, 3, 5
 
@@ -141,6 +144,8 @@ def _linear(x, w):
 def _linear_tanh(x, w):
     return torch.tanh(torch.nn.functional.linear(x, w))
 
+
+BACKENDS = ("aot_eager", "inductor")
 
 #: (name, function, with backward)
 SCENARIOS = (
@@ -235,6 +240,23 @@ def _reference(fn, backward: bool):
     return out.detach(), (xg.grad, wg.grad)
 
 
+def _check_scenario(compiled, fn, meshes, rank: int, backward: bool) -> None:
+    """compiled over each mesh against eager and the one-process reference."""
+    ref_out, ref_grads = _reference(fn, backward)
+    for i, mesh in enumerate(meshes):
+        out, grads = _run_once(compiled, mesh, rank, backward, compiled=True)
+        eager_out, eager_grads = _run_once(fn, mesh, rank, backward, compiled=False)
+        for what, got, eager, ref in zip(
+            ("output", "x.grad", "w.grad"), (out, *grads),
+            (eager_out, *eager_grads), (ref_out, *ref_grads),
+        ):
+            if ref is None:
+                assert got is None and eager is None, f"mesh {i}: {what} is not None"
+                continue
+            torch.testing.assert_close(got, eager, msg=lambda m: f"mesh {i}, {what} vs eager: {m}")
+            torch.testing.assert_close(got, ref, msg=lambda m: f"mesh {i}, {what} vs reference: {m}")
+
+
 def _first_error_line(e: BaseException) -> str:
     """The line that names the error (a compile failure wraps it)."""
     lines = str(e).splitlines()
@@ -242,45 +264,39 @@ def _first_error_line(e: BaseException) -> str:
     return (named or [f"{type(e).__name__}: {lines[0] if lines else ''}"])[0]
 
 
-def _rank_main(rank: int, backend: str) -> dict:
+def _rank_main(rank: int) -> dict:
     from physicsnemo.domain_parallel import ShardTensor
     from torch._dynamo.testing import CompileCounterWithBackend
 
     adopt(ShardTensor)
     meshes = _meshes()
     compiles = {}
+    seconds = {}
     failures = []
-    for name, fn, backward in SCENARIOS:
-        try:
-            counter = CompileCounterWithBackend(backend)
-            compiled = torch.compile(fn, backend=counter, fullgraph=True)
-            ref_out, ref_grads = _reference(fn, backward)
-            for i, mesh in enumerate(meshes):
-                out, grads = _run_once(compiled, mesh, rank, backward, compiled=True)
-                eager_out, eager_grads = _run_once(fn, mesh, rank, backward, compiled=False)
-                for what, got, eager, ref in zip(
-                    ("output", "x.grad", "w.grad"), (out, *grads),
-                    (eager_out, *eager_grads), (ref_out, *ref_grads),
-                ):
-                    if ref is None:
-                        assert got is None and eager is None, f"mesh {i}: {what} is not None"
-                        continue
-                    torch.testing.assert_close(got, eager, msg=lambda m: f"mesh {i}, {what} vs eager: {m}")
-                    torch.testing.assert_close(got, ref, msg=lambda m: f"mesh {i}, {what} vs reference: {m}")
-            compiles[name] = counter.frame_count
-            assert counter.frame_count == 1, f"{counter.frame_count} compiles for 3 equal meshes"
-        except Exception as e:  # noqa: BLE001 - report every scenario, then fail
-            failures.append((name, _first_error_line(e), traceback.format_exc()))
+    for backend in BACKENDS:
+        torch._dynamo.reset()  # each backend compiles every scenario afresh
+        for name, fn, backward in SCENARIOS:
+            case = f"{backend}/{name}"
+            start = time.monotonic()
+            try:
+                counter = CompileCounterWithBackend(backend)
+                compiled = torch.compile(fn, backend=counter, fullgraph=True)
+                _check_scenario(compiled, fn, meshes, rank, backward)
+                compiles[case] = counter.frame_count
+                assert counter.frame_count == 1, f"{counter.frame_count} compiles for 3 equal meshes"
+            except Exception as e:  # noqa: BLE001 - report every case, then fail
+                failures.append((case, _first_error_line(e), traceback.format_exc()))
+            seconds[case] = round(time.monotonic() - start, 1)
     if failures:
-        # one line per failed scenario first: the tracebacks are long
+        # one line per failed case first: the tracebacks are long
         raise AssertionError("\n".join(
-            [f"{name}: {line}" for name, line, _ in failures]
-            + [f"[{name}] {tb}" for name, _, tb in failures]
+            [f"{case}: {line}" for case, line, _ in failures]
+            + [f"[{case}] {tb}" for case, _, tb in failures]
         ))
-    return {"compiles": compiles}
+    return {"compiles": compiles, "seconds": seconds}
 
 
-def _worker(rank: int, backend: str, port: int, results) -> None:
+def _worker(rank: int, port: int, results) -> None:
     ok = False
     try:
         torch.set_num_threads(1)
@@ -290,7 +306,7 @@ def _worker(rank: int, backend: str, port: int, results) -> None:
         dist.init_process_group(
             "gloo", rank=rank, world_size=WORLD, init_method=f"tcp://127.0.0.1:{port}"
         )
-        results.put(("ok", rank, _rank_main(rank, backend)))
+        results.put(("ok", rank, _rank_main(rank)))
         ok = True
         dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - everything goes to the parent
@@ -313,16 +329,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run(backend: str) -> list[dict]:
-    import time
-
+def _run() -> list[dict]:
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()
     procs = [
-        ctx.Process(target=_worker, args=(r, backend, port, results), daemon=True)
+        ctx.Process(target=_worker, args=(r, port, results), daemon=True)
         for r in range(WORLD)
     ]
     done: dict[int, dict] = {}
@@ -357,8 +371,9 @@ def _run(backend: str) -> list[dict]:
         results.close()
 
 
-@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-def test_shard_tensor_mesh_as_inner_attr(backend):
-    results = _run(backend)
-    expected = {name: 1 for name, _, _ in SCENARIOS}
+def test_shard_tensor_mesh_as_inner_attr():
+    results = _run()
+    # per case, on each rank (shown with -rP): what the matrix pays
+    print("seconds per case:", [r["seconds"] for r in results])
+    expected = {f"{b}/{name}": 1 for b in BACKENDS for name, _, _ in SCENARIOS}
     assert [r["compiles"] for r in results] == [expected] * WORLD
