@@ -14,7 +14,8 @@ Two spawned gloo ranks run every case in one go (a spawn, with torch and
 physicsnemo imported, costs more than all aot_eager compiles together):
 for aot_eager and inductor, unary ops and ``F.linear`` (ShardTensor falls
 back to DTensor's sharding propagation, which checks the mesh it is handed),
-each forward only and forward + backward. Each is compiled with
+each forward only and forward + backward, and a forward + backward whose
+graph all-gathers (``redistribute`` to ``Replicate``). Each is compiled with
 ``fullgraph=True`` and called with three equal meshes: ``init_device_mesh``
 twice and ``DeviceMesh.from_group`` over the same ranks. Checked on each
 rank: one compile per case, the values and grads against eager ShardTensor
@@ -80,8 +81,8 @@ if _MISSING is not None:
     pytest.skip(_MISSING, allow_module_level=True)
 
 WORLD = 2
-#: spawn + importing physicsnemo (warp) + eight cold compiles per rank
-#: (four with a backward): about 3.5 minutes on 2 cores at load 14
+#: spawn + importing physicsnemo (warp) + ten cold compiles per rank
+#: (six with a backward): about 3.5 minutes on 2 cores at load 14
 TIMEOUT = 540.0
 #: global shapes: x (ROWS, IN) sharded on rows, w (OUT, IN) replicated
 ROWS, IN, OUT = 8, 3, 5
@@ -147,12 +148,24 @@ def _linear_tanh(x, w):
 
 BACKENDS = ("aot_eager", "inductor")
 
-#: (name, function, with backward)
+def _gather(x, w):
+    """An all-gather in the graph, over the mesh the graph is handed."""
+    from torch.distributed.tensor import Replicate
+
+    return x.redistribute(placements=[Replicate()]).sin()
+
+
+def _gather_reference(x, w):
+    return x.sin()
+
+
+#: (name, function, its plain-tensor counterpart, with backward)
 SCENARIOS = (
-    ("unary", _unary, False),
-    ("unary_fwd_bwd", _unary_fwd_bwd, True),
-    ("linear", _linear, False),
-    ("linear_fwd_bwd", _linear_tanh, True),
+    ("unary", _unary, _unary, False),
+    ("unary_fwd_bwd", _unary_fwd_bwd, _unary_fwd_bwd, True),
+    ("linear", _linear, _linear, False),
+    ("linear_fwd_bwd", _linear_tanh, _linear_tanh, True),
+    ("redistribute_fwd_bwd", _gather, _gather_reference, True),
 )
 
 
@@ -240,9 +253,9 @@ def _reference(fn, backward: bool):
     return out.detach(), (xg.grad, wg.grad)
 
 
-def _check_scenario(compiled, fn, meshes, rank: int, backward: bool) -> None:
+def _check_scenario(compiled, fn, reference, meshes, rank: int, backward: bool) -> None:
     """compiled over each mesh against eager and the one-process reference."""
-    ref_out, ref_grads = _reference(fn, backward)
+    ref_out, ref_grads = _reference(reference, backward)
     for i, mesh in enumerate(meshes):
         out, grads = _run_once(compiled, mesh, rank, backward, compiled=True)
         eager_out, eager_grads = _run_once(fn, mesh, rank, backward, compiled=False)
@@ -275,13 +288,13 @@ def _rank_main(rank: int) -> dict:
     failures = []
     for backend in BACKENDS:
         torch._dynamo.reset()  # each backend compiles every scenario afresh
-        for name, fn, backward in SCENARIOS:
+        for name, fn, reference, backward in SCENARIOS:
             case = f"{backend}/{name}"
             start = time.monotonic()
             try:
                 counter = CompileCounterWithBackend(backend)
                 compiled = torch.compile(fn, backend=counter, fullgraph=True)
-                _check_scenario(compiled, fn, meshes, rank, backward)
+                _check_scenario(compiled, fn, reference, meshes, rank, backward)
                 compiles[case] = counter.frame_count
                 assert counter.frame_count == 1, f"{counter.frame_count} compiles for 3 equal meshes"
             except Exception as e:  # noqa: BLE001 - report every case, then fail
@@ -375,5 +388,5 @@ def test_shard_tensor_mesh_as_inner_attr():
     results = _run()
     # per case, on each rank (shown with -rP): what the matrix pays
     print("seconds per case:", [r["seconds"] for r in results])
-    expected = {f"{b}/{name}": 1 for b in BACKENDS for name, _, _ in SCENARIOS}
+    expected = {f"{b}/{name}": 1 for b in BACKENDS for name, *_ in SCENARIOS}
     assert [r["compiles"] for r in results] == [expected] * WORLD
