@@ -207,6 +207,22 @@ class TestDTensorOpaqueMesh(TestCase):
         self._run(f, device, _mesh("tp"))
         self.assertEqual(self.counter.frame_count, 2)
 
+    @unittest.skipIf(MODE != "backport", "compare's installed run uses the backport")
+    def test_compare_dtensor_flag_installs_group(self, device):
+        # `python -m torch_subclass_rt compare --dtensor` hands its installed
+        # run TSRT_COMPARE_INSTALL=1+dtensor: install(dtensor=True) there
+        from unittest import mock
+
+        from torch_subclass_rt import compare
+
+        tsrt.uninstall()
+        with mock.patch.dict("os.environ", {compare.INSTALL_ENV: "1+dtensor"}):
+            compare.install_from_env()
+        self.assertTrue([p for p in tsrt.status().points if p.startswith("dtensor.")])
+        with mock.patch.dict("os.environ", {compare.INSTALL_ENV: "1+dtensr"}):
+            with self.assertRaisesRegex(RuntimeError, "expected '1' or 'force'"):
+                compare.install_from_env()
+
     # patched: the series makes the flatten unconditional (as torch 2.12+),
     # there is nothing to install (test_flatten_lists_device_mesh covers it)
     @unittest.skipIf(MODE == "patched", "install() is not used with the patch series")

@@ -710,6 +710,8 @@ POINTS = [
         guarded_by=(
             "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_cpu",
             "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_user_opaque_cpu",
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_isinstance_cpu",
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_as_collective_group_cpu",
         ),
         **RUNTIME,
     ),
