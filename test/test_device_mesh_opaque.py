@@ -421,6 +421,20 @@ class TestDeviceMeshOpaque(TestCase):
         tracker[fake], tracker[fake2] = 1, 2
         self.assertEqual((len(tracker), tracker[fake], tracker[fake2]), (2, 1, 2))
 
+    def test_fake_mesh_deepcopy(self, device):
+        # a graph module whose metadata holds a fake mesh is deep-copied;
+        # the copy is a fake of an equal mesh, its members read off it
+        import copy
+
+        from torch._library.fake_class_registry import FakeScriptObject
+
+        mesh = _mesh("dp")
+        fake, _ = self._fakes(mesh)
+        copied = copy.deepcopy({"val": fake})["val"]
+        self.assertIs(type(copied), FakeScriptObject)
+        self.assertTrue(copied == fake and copied == mesh)
+        self.assertEqual((copied.size(), copied.mesh_dim_names), (1, ("dp",)))
+
     def test_fake_mesh_as_collective_group(self, device):
         # functional collectives take a mesh, or (mesh, dim), as the group
         import torch.distributed._functional_collectives as funcol
