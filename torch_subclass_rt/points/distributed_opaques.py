@@ -637,7 +637,9 @@ def _is_from_local(fn: Any) -> bool:
 
 
 #: issue 23's points, which the patch series does not carry yet
-_NOT_YET_IN_SERIES = "issue 23: not yet written into patches/v2.1x.0 (0012 is where it belongs)"
+_NOT_YET_IN_SERIES = (
+    "issue 23: not yet ported into patches/v2.1x.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)"
+)
 
 POINTS = [
     PatchPoint(
@@ -757,7 +759,7 @@ POINTS = [
             build=lambda _original, fn=fn: fn,
             reason="fakes of one object compare equal and hash alike (torch 2.13)",
             new_attribute=new,
-            series=series,
+            **({"series": series} if series else {"series_none": _NOT_YET_IN_SERIES}),
             guarded_by=(
                 "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_equal_cpu",
                 "test/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
@@ -775,7 +777,8 @@ POINTS = [
                     "0014 torch/_library/fake_class_registry.py::maybe_unwrap_fake_script_object",
                 ),
             ),
-            ("__hash__", _fake_hash, True, ("0014 torch/_library/fake_class_registry.py::FakeScriptObject.__hash__",)),
+            # the series' 0014 hashes by identity: this point's hash is not ported yet
+            ("__hash__", _fake_hash, True, ()),
         )
     ),
 
