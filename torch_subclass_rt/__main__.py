@@ -56,12 +56,12 @@ def main(argv: list[str] | None = None) -> int:
 
     compare.add_arguments(sub.add_parser(
         "compare", help="run a pytest suite stock and with install(); list the tests whose outcome differs",
-        usage="python -m torch_subclass_rt compare [--force] [--keep DIR] [--quiet] [--parallel] -- <pytest args>",
+        usage="python -m torch_subclass_rt compare [--force] [--dtensor] [--keep DIR] [--quiet] [--parallel] -- <pytest args>",
     ))
     args = parser.parse_args(argv)
     if args.cmd == "compare":
         return compare.compare(args.pytest_args, force=args.force, keep=args.keep,
-                               quiet=args.quiet, parallel=args.parallel)
+                               quiet=args.quiet, parallel=args.parallel, dtensor=args.dtensor)
     if args.cmd == "status":
         return _status(args)
     if args.cmd == "demo":

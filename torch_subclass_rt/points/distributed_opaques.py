@@ -486,6 +486,41 @@ def _fake_hash(self):
         return id(real)
 
 
+def _fake_deepcopy(self, memo):
+    """Added as ``FakeScriptObject.__deepcopy__`` (torch 2.10.0 / 2.11.0
+    have none: the default copies the fake's ``__dict__``), as torch 2.13
+    has it: the copy's real object is a deep copy of this one's (with
+    tracing modes off), and the members set on the fake are read again off
+    that copy. The default deep-copied the member values themselves, and a
+    mesh's ``_pg_registry`` holds ProcessGroups ("cannot pickle
+    'torch._C._distributed_c10d.ProcessGroup' object"), e.g. when a graph
+    module whose metadata holds a fake mesh is deep-copied."""
+    import copy
+
+    from torch._library.fake_class_registry import FakeScriptMethod, FakeScriptObject
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    if id(self) in memo:
+        return memo[id(self)]
+    get = functools.partial(object.__getattribute__, self)
+    new = FakeScriptObject.__new__(FakeScriptObject)
+    memo[id(self)] = new
+    object.__setattr__(new, "wrapped_obj", copy.deepcopy(get("wrapped_obj"), memo))
+    object.__setattr__(new, "script_class_name", get("script_class_name"))
+    with _disable_current_modes():
+        new_real = copy.deepcopy(get("real_obj"), memo)
+        object.__setattr__(new, "real_obj", new_real)
+        for name, value in get("__dict__").items():
+            if name in ("wrapped_obj", "script_class_name", "real_obj"):
+                continue
+            if isinstance(value, FakeScriptMethod):
+                value = FakeScriptMethod(new, value.method_name, value.schema)
+            elif hasattr(new_real, name):
+                value = getattr(new_real, name)
+            object.__setattr__(new, name, value)
+    return new
+
+
 def _build_weak_hash_ref(original):
     """Replaces ``torch.utils.weak._WeakHashRef`` (torch 2.10.0 / 2.11.0;
     its only user is the key type of the proxy tracer's
@@ -602,7 +637,9 @@ def _is_from_local(fn: Any) -> bool:
 
 
 #: issue 23's points, which the patch series does not carry yet
-_NOT_YET_IN_SERIES = "issue 23: not yet written into patches/v2.1x.0 (0012 is where it belongs)"
+_NOT_YET_IN_SERIES = (
+    "issue 23: not yet ported into patches/v2.1x.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)"
+)
 
 POINTS = [
     PatchPoint(
@@ -710,6 +747,8 @@ POINTS = [
         guarded_by=(
             "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_cpu",
             "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_user_opaque_cpu",
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_isinstance_cpu",
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_as_collective_group_cpu",
         ),
         **RUNTIME,
     ),
@@ -720,7 +759,7 @@ POINTS = [
             build=lambda _original, fn=fn: fn,
             reason="fakes of one object compare equal and hash alike (torch 2.13)",
             new_attribute=new,
-            series=series,
+            **({"series": series} if series else {"series_none": _NOT_YET_IN_SERIES}),
             guarded_by=(
                 "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_equal_cpu",
                 "test/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
@@ -738,8 +777,20 @@ POINTS = [
                     "0014 torch/_library/fake_class_registry.py::maybe_unwrap_fake_script_object",
                 ),
             ),
-            ("__hash__", _fake_hash, True, ("0014 torch/_library/fake_class_registry.py::FakeScriptObject.__hash__",)),
+            # the series' 0014 hashes by identity: this point's hash is not ported yet
+            ("__hash__", _fake_hash, True, ()),
         )
+    ),
+
+    PatchPoint(
+        name="distributed_opaques.FakeScriptObject.__deepcopy__",
+        target="torch._library.fake_class_registry:FakeScriptObject.__deepcopy__",
+        build=lambda _original: _fake_deepcopy,
+        reason="a deep copy of a fake re-reads its members off a copy of its object (torch 2.13)",
+        new_attribute=True,
+        series_none=_NOT_YET_IN_SERIES,
+        guarded_by=("test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_deepcopy_cpu",),
+        **ONLY_BACKPORT,
     ),
     PatchPoint(
         name="distributed_opaques.weak._WeakHashRef",
