@@ -48,6 +48,18 @@ FIX_TESTS = "test/test_upstream_fixes.py"
 #: point). Locally: TSRT_MODE=<mode> python -m pytest test/test_distributed_opaque_ranks.py
 RANKS_TESTS = "test/test_distributed_opaque_ranks.py"
 
+#: PhysicsNeMo's ShardTensor adopting the mesh as an inner attr: a real
+#: third-party subclass over two gloo ranks, one spawn for both backends
+#: (2.5 minutes on 2.10 and 2.11, 1.5 on 2.13, with a cold Inductor cache
+#: on 2 cores at load 14). Installed, pinned and without physicsnemo's
+#: own dependencies, where the feature's implementations are: the backport
+#: on 2.10 and 2.11 (their fakes of a DeviceMesh differ) and native 2.13;
+#: not in forced mode (2.13's distributed code, as RANKS_TESTS). Elsewhere
+#: the test skips for want of physicsnemo.
+PHYSICSNEMO_TESTS = "test/test_physicsnemo_shard_tensor.py"
+PHYSICSNEMO_REQUIREMENTS = "test/requirements-physicsnemo.txt"
+PHYSICSNEMO_TORCHES = ("2.10.0", "2.11.0", "2.13.0")
+
 #: tests of ``python -m torch_subclass_rt compare``, which sets up its own
 #: stock and installed pytest runs (about a minute). What they check is the
 #: tool's (differences reported test by test, exit codes) and holds on any
@@ -184,12 +196,17 @@ _CHECK_TORCH = (
 def tests(session: nox.Session, torch: str) -> None:
     session.install(f"torch=={torch}")
     session.install("-e", ".[test]")
+    if torch in PHYSICSNEMO_TORCHES:
+        # --no-deps: physicsnemo's requirements would replace torch
+        session.install("--no-deps", "-r", PHYSICSNEMO_REQUIREMENTS)
     # pip replaces the torch installed above if this package's requirement
     # excludes it; the session must test the release it is named for
     session.run("python", "-c", _CHECK_TORCH, torch)
     session.run("python", "-m", "torch_subclass_rt", "status", "--install")
     dumps = os.path.join(session.create_tmp(), "dumps")
     env = {**_fresh_inductor_cache(session), **_fuzz_settings(torch), **_inductor_isa_env(session)}
+    if torch in PHYSICSNEMO_TORCHES:
+        env["TSRT_REQUIRE_PHYSICSNEMO"] = "1"  # installed above: a skip would hide a failure
     if torch == "2.10.0":
         # the backport shares every point but a few with 2.11, whose session
         # ablates them; the 2-rank suite runs there too (same distributed
@@ -223,7 +240,7 @@ def tests(session: nox.Session, torch: str) -> None:
         _run_suite(session, "native", os.path.join(dumps, "native"), env)
         # compare's tests ran in the native run above (COMPARE_TESTS)
         _run_suite(session, "forced", os.path.join(dumps, "forced"), env,
-                   ignore=(RANKS_TESTS, COMPARE_TESTS))
+                   ignore=(RANKS_TESTS, COMPARE_TESTS, PHYSICSNEMO_TESTS))
         # Both runs already matched the same expected files; this also
         # catches a dump that one mode produced and the other did not.
         _step(

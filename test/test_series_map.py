@@ -310,9 +310,12 @@ class TestRealSeriesMap(unittest.TestCase):
     def test_map_is_clean_both_ways(self) -> None:
         problems = self.check(self.points, self.changes)
         self.assertEqual(problems, [], "\n".join(problems))
-        # every behaviour-changing point of 2.11 is in the map
+        # every behaviour-changing point of 2.11 is in the map, or named as
+        # not ported yet
         claimed = {p.name for p in self.points if p.series}
         for p in self.points:
+            if p.name in series_map.NOT_YET_IN_SERIES_POINTS:
+                continue
             if SERIES_VERSION in p.versions and not p.speed_only and not p.group:
                 self.assertIn(p.name, claimed)
 

@@ -118,18 +118,20 @@ def build_parser() -> argparse.ArgumentParser:
         "with a fresh inductor cache, and list the tests whose outcome differs with their first "
         "error line. Exit status 0: no difference; 1: some differ; 2: a run left no outcomes.",
         [("-- tests/ -k subclass -x", "your subclass tests"),
-         ("--parallel -- tests/", "both runs at once (two free cores)")],
-        usage="python -m torch_subclass_rt compare [--force] [--keep DIR] [--quiet] [--parallel] -- <pytest args>",
+         ("--parallel -- tests/", "both runs at once (two free cores)"),
+         ("--dtensor -- test_dtensor_compile.py", "installed run: install(dtensor=True)")],
+        usage="python -m torch_subclass_rt compare [--force] [--dtensor] [--keep DIR] [--quiet] [--parallel] -- <pytest args>",
     ))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    from torch_subclass_rt import compare, demo
+
+    args = build_parser().parse_args(argv)
     if args.cmd == "compare":
         return compare.compare(args.pytest_args, force=args.force, keep=args.keep,
-                               quiet=args.quiet, parallel=args.parallel)
+                               quiet=args.quiet, parallel=args.parallel, dtensor=args.dtensor)
     if args.cmd == "status":
         return _status(args)
     if args.cmd == "demo":

@@ -39,11 +39,15 @@ def install_from_env() -> None:
     how = os.environ.get(INSTALL_ENV, "").strip()
     if not how:
         return
-    if how not in ("1", "force"):
-        raise RuntimeError(f"{INSTALL_ENV}={how!r}: expected '1' or 'force'")
+    words = set(how.split("+"))
+    if not words or not words <= {"1", "force", "dtensor"}:
+        raise RuntimeError(
+            f"{INSTALL_ENV}={how!r}: expected '1' or 'force', optionally with '+dtensor' "
+            "(e.g. '1+dtensor')"
+        )
     import torch_subclass_rt
 
-    torch_subclass_rt.install(force=how == "force")
+    torch_subclass_rt.install(force="force" in words, dtensor="dtensor" in words)
 
 _SITECUSTOMIZE = '''\
 # Written by python -m torch_subclass_rt compare: install() in every process
@@ -79,6 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="installed run: install(force=True) (torch 2.13: our runtime replaces torch's)",
     )
     parser.add_argument(
+        "--dtensor", action="store_true",
+        help="installed run: install(dtensor=True) (DTensor's mesh as an inner attr, torch 2.11)",
+    )
+    parser.add_argument(
         "--keep", metavar="DIR",
         help="keep the runs' work directories (outcomes, logs, inductor caches) under DIR",
     )
@@ -94,7 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="arguments for pytest, after --")
 
 
-def _run_arm(arm: str, workdir: Path, pytest_args: list[str], force: bool, quiet: bool) -> dict:
+def _run_arm(
+    arm: str, workdir: Path, pytest_args: list[str], force: bool, quiet: bool, dtensor: bool = False
+) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     report = workdir / "outcomes.json"
     env = dict(os.environ)
@@ -113,7 +123,7 @@ def _run_arm(arm: str, workdir: Path, pytest_args: list[str], force: bool, quiet
         shim.mkdir(exist_ok=True)
         (shim / "sitecustomize.py").write_text(_SITECUSTOMIZE)
         paths.insert(0, str(shim))
-        env[INSTALL_ENV] = "force" if force else "1"
+        env[INSTALL_ENV] = ("force" if force else "1") + ("+dtensor" if dtensor else "")
     env["PYTHONPATH"] = os.pathsep.join(paths)
     cmd = [
         sys.executable, "-m", "pytest",
@@ -142,7 +152,7 @@ def _counts(outcomes: dict) -> str:
 
 
 def compare(pytest_args: list[str], *, force: bool = False, keep: str | None = None,
-            quiet: bool = False, parallel: bool = False) -> int:
+            quiet: bool = False, parallel: bool = False, dtensor: bool = False) -> int:
     if pytest_args and pytest_args[0] == "--":
         pytest_args = pytest_args[1:]
     with tempfile.TemporaryDirectory(prefix="tsrt-compare-") as tmp:
@@ -154,12 +164,12 @@ def compare(pytest_args: list[str], *, force: bool = False, keep: str | None = N
 
             with ThreadPoolExecutor(len(ARMS)) as pool:
                 futures = {
-                    arm: pool.submit(_run_arm, arm, base / arm, pytest_args, force, True)
+                    arm: pool.submit(_run_arm, arm, base / arm, pytest_args, force, True, dtensor)
                     for arm in ARMS
                 }
                 results = {arm: f.result() for arm, f in futures.items()}
         else:
-            results = {arm: _run_arm(arm, base / arm, pytest_args, force, quiet) for arm in ARMS}
+            results = {arm: _run_arm(arm, base / arm, pytest_args, force, quiet, dtensor) for arm in ARMS}
         for arm in ARMS:
             print(f"{arm}: {_counts(results[arm])}")
         missing = [arm for arm in ARMS if not results[arm]]

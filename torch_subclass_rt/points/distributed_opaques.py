@@ -362,14 +362,21 @@ _torch_fake_getattribute: Any = None
 
 
 def _fake_getattribute(self, name):
-    """Wraps ``FakeScriptObject.__getattribute__`` (torch 2.11.0 / 2.13.0).
+    """Wraps ``FakeScriptObject.__getattribute__`` (torch 2.10.0 / 2.11.0 /
+    2.13.0).
 
-    Differs only in the message for an opaque's unregistered member: it
+    Differs in two ways. The message for an opaque's unregistered member
     names the opaque type and the member and shows the ``members={...}``
     registration (2.11/2.13 say "Tried to call __getattr__ ... on a
-    FakeScriptObject"). Still an ``AttributeError``, so ``hasattr`` and
-    ``getattr(obj, name, default)`` behave as before.
+    FakeScriptObject"); still an ``AttributeError``, so ``hasattr`` and
+    ``getattr(obj, name, default)`` behave as before. And a fake of a
+    ``DeviceMesh`` / ``ProcessGroup`` answers ``__class__`` with its real
+    object's class (:func:`fake_class`).
     """
+    if name == "__class__":
+        cls = fake_class(self)
+        if cls is not None:
+            return cls
     try:
         return _torch_fake_getattribute(self, name)
     except AttributeError as e:
@@ -377,6 +384,41 @@ def _fake_getattribute(self, name):
         if better is None:
             raise
         raise better from e.__cause__
+
+
+def fake_class(fake: Any) -> type | None:
+    """The class a FakeScriptObject reports as its ``__class__``: its real
+    object's, for a DeviceMesh / ProcessGroup; None (FakeScriptObject's
+    own) for anything else.
+
+    Note [isinstance of a fake DeviceMesh]: torch 2.13's ``DeviceMesh``
+    derives from ``OpaqueBase`` and its ``ProcessGroup`` has that metaclass,
+    whose ``__instancecheck__`` is true for a FakeScriptObject of an
+    instance, so library code that checks ``isinstance(mesh, DeviceMesh)``
+    (DTensor's sharding propagation, functional collectives'
+    ``(mesh, dim)`` groups, ``DeviceMesh.__eq__``, ``_collective_utils``)
+    accepts the fake a traced subclass carries. 2.10/2.11's classes have
+    plain ``type`` / pybind metaclasses, which cannot be swapped; but
+    ``isinstance`` falls back to ``obj.__class__`` when ``type(obj)`` does
+    not match, so the fake reports its real object's class there.
+    ``type(fake)`` stays FakeScriptObject (Dynamo's and FakeScriptObject's
+    own checks use it, and ``istype``), and so does every other fake (a
+    user's opaque gets the same answer from OpaqueBaseMeta, a torchbind
+    object's fake is no instance of its class on 2.13 either).
+    """
+    real = object.__getattribute__(fake, "__dict__").get("real_obj")
+    if real is None:
+        return None
+    cls = type(real)
+    return cls if cls in _classes_reported_by_fakes() else None
+
+
+@functools.cache
+def _classes_reported_by_fakes() -> frozenset[type]:
+    # torch >= 2.12 (forced mode) answers isinstance through the metaclass
+    if _torch_compat.torch_version() not in _torch_compat.BACKPORT_VERSIONS:
+        return frozenset()
+    return frozenset(distributed_opaque_classes())
 
 
 def _build_getattribute(original):
@@ -387,6 +429,209 @@ def _build_getattribute(original):
     _torch_fake_getattribute = original
     return _fake_getattribute
 
+
+def _unwrap_fake(obj: Any) -> Any:
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    if isinstance(obj, FakeScriptObject):
+        real = object.__getattribute__(obj, "__dict__").get("real_obj")
+        if real is not None:
+            return real
+    return obj
+
+
+def _fake_eq(self, other):
+    """Added as ``FakeScriptObject.__eq__`` (torch 2.10.0 / 2.11.0 have
+    none: identity), as torch 2.13 has it: two fakes of one object, or a
+    fake and its object, are equal; otherwise the real objects compare
+    (``!=`` follows, Python derives ``__ne__``). A traced DTensor's
+    redistribute compares its (fake) mesh with the target's, its backward
+    the forward's fake mesh with the tangent's (another fake of the same
+    mesh), a sharded subclass's pointwise op its inputs' meshes; 2.11's
+    identity made these "Cross device mesh comm not supported yet!" /
+    "Could not run pointwise computation across different mesh". A fake
+    without a real object compares by identity."""
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    if self is other:
+        return True
+    real, other_real = _unwrap_fake(self), _unwrap_fake(other)
+    if isinstance(real, FakeScriptObject) or isinstance(other_real, FakeScriptObject):
+        return False
+    return real == other_real
+
+
+def _fake_hash(self):
+    """Added as ``FakeScriptObject.__hash__`` (torch 2.10.0 / 2.11.0:
+    identity), as torch 2.13 has it: its real object's hash (identity for
+    an unhashable one, or a fake without a real object), so that fakes of
+    one object, equal by :func:`_fake_eq`, hash alike (DTensorSpec and
+    sharding propagation's caches hash the mesh). 2.11's proxy tracer,
+    which kept FakeScriptObjects by that hash, keys them by identity
+    instead (:func:`_build_weak_hash_ref`)."""
+    real = object.__getattribute__(self, "__dict__").get("real_obj")
+    if real is None:
+        return id(self)
+    try:
+        return hash(real)
+    except TypeError:
+        return id(real)
+
+
+def _fake_deepcopy(self, memo):
+    """Added as ``FakeScriptObject.__deepcopy__`` (torch 2.10.0 / 2.11.0
+    have none: the default copies the fake's ``__dict__``), as torch 2.13
+    has it: the copy's real object is a deep copy of this one's (with
+    tracing modes off), and the members set on the fake are read again off
+    that copy. The default deep-copied the member values themselves, and a
+    mesh's ``_pg_registry`` holds ProcessGroups ("cannot pickle
+    'torch._C._distributed_c10d.ProcessGroup' object"), e.g. when a graph
+    module whose metadata holds a fake mesh is deep-copied."""
+    import copy
+
+    from torch._library.fake_class_registry import FakeScriptMethod, FakeScriptObject
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    if id(self) in memo:
+        return memo[id(self)]
+    get = functools.partial(object.__getattribute__, self)
+    new = FakeScriptObject.__new__(FakeScriptObject)
+    memo[id(self)] = new
+    object.__setattr__(new, "wrapped_obj", copy.deepcopy(get("wrapped_obj"), memo))
+    object.__setattr__(new, "script_class_name", get("script_class_name"))
+    with _disable_current_modes():
+        new_real = copy.deepcopy(get("real_obj"), memo)
+        object.__setattr__(new, "real_obj", new_real)
+        for name, value in get("__dict__").items():
+            if name in ("wrapped_obj", "script_class_name", "real_obj"):
+                continue
+            if isinstance(value, FakeScriptMethod):
+                value = FakeScriptMethod(new, value.method_name, value.schema)
+            elif hasattr(new_real, name):
+                value = getattr(new_real, name)
+            object.__setattr__(new, name, value)
+    return new
+
+
+def _build_weak_hash_ref(original):
+    """Replaces ``torch.utils.weak._WeakHashRef`` (torch 2.10.0 / 2.11.0;
+    its only user is the key type of the proxy tracer's
+    ``script_object_tracker``) by a subclass that keys a FakeScriptObject
+    by identity. Differs from 2.11 only for fakes, which :func:`_fake_hash`
+    now hashes as their real object: two fakes of one opaque (two inputs
+    sharing it, a forward's and a tangent's) must stay two graph inputs,
+    as torch 2.13 keeps them (its ``opaque_tracker`` is by id)."""
+
+    class _WeakHashRefIdForFakes(original):
+        __slots__ = ()
+
+        def __init__(self, key, callback=None) -> None:
+            super().__init__(key, callback)
+            from torch._library.fake_class_registry import FakeScriptObject
+
+            if isinstance(key, FakeScriptObject):
+                self._id = id(key)
+
+        def __eq__(self, other):
+            from torch._library.fake_class_registry import FakeScriptObject
+
+            a, b = self(), other()
+            if isinstance(a, FakeScriptObject) or isinstance(b, FakeScriptObject):
+                return a is b if a is not None and b is not None else self is other
+            return super().__eq__(other)
+
+        __hash__ = original.__hash__
+
+    _WeakHashRefIdForFakes.__qualname__ = _WeakHashRefIdForFakes.__name__ = "_WeakHashRef"
+    return _WeakHashRefIdForFakes
+
+
+def _from_local_mesh_vt(args, kwargs):
+    """The mesh argument of a traced ``DTensor.from_local`` call when it is
+    an opaque graph input (a subclass's mesh attr), else None."""
+    from torch._dynamo.variables.script_object import TorchScriptObjectVariable
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    vt = args[1] if len(args) >= 2 else kwargs.get("device_mesh")
+    if vt is None:
+        return None
+    vt = vt.realize()
+    if isinstance(vt, TorchScriptObjectVariable) and isinstance(vt.value, FakeScriptObject):
+        return vt
+    return None
+
+
+def _from_local_opaque_mesh(self, tx, args, kwargs):
+    # DTensor.from_local(x, mesh, placements, ...) with the mesh a graph
+    # input: one graph node whose inputs are x and the mesh (the rest are
+    # constants, as 2.11's handler makes them), so the output DTensor is on
+    # the mesh passed at run time
+    from torch._dynamo.utils import proxy_args_kwargs
+    from torch._dynamo.variables import ConstantVariable, UserDefinedObjectVariable
+    from torch._dynamo.variables.builder import SourcelessBuilder, wrap_fx_proxy
+
+    args, kwargs = list(args), dict(kwargs)
+    mesh_vt = args.pop(1) if len(args) >= 2 else kwargs.pop("device_mesh")
+    placements_key = 1 if len(args) >= 2 else "placements"
+    placements_vt = args[1] if len(args) >= 2 else kwargs.get("placements")
+    if placements_vt is None:
+        placements_vt = ConstantVariable.create(None)
+    elif isinstance(placements_vt, UserDefinedObjectVariable):
+        placements_vt = SourcelessBuilder.create(tx, tuple).call_function(tx, [placements_vt], {})
+    if placements_key == 1:
+        args[1] = placements_vt
+    else:
+        kwargs["placements"] = placements_vt
+    rest = [a.as_python_constant() for a in args[1:]]
+    constant_kwargs = {k: v.as_python_constant() for k, v in kwargs.items() if k not in ("shape", "stride")}
+    proxied_kwargs = {k: kwargs[k] for k in ("shape", "stride") if k in kwargs}
+    from_local = self.value
+
+    def fn_with_prim_types(x, device_mesh, shape=None, stride=None):
+        return from_local(x, device_mesh, *rest, **constant_kwargs, shape=shape, stride=stride)
+
+    fn_with_prim_types.__name__ = "prim from_local"
+    return wrap_fx_proxy(
+        tx=tx,
+        proxy=tx.output.create_proxy(
+            "call_function", fn_with_prim_types, *proxy_args_kwargs([args[0], mesh_vt], proxied_kwargs)
+        ),
+    )
+
+
+def _build_torch_call_function(original):
+    def call_function(self, tx, args, kwargs):
+        """Wraps ``TorchInGraphFunctionVariable.call_function`` (torch
+        2.10.0 / 2.11.0). Differs for ``DTensor.from_local`` with a mesh
+        that is an opaque graph input (a subclass's mesh attr, DTensor's
+        own under ``install(dtensor=True)``): 2.11's handler bakes every
+        argument into the graph as a constant, which such a mesh cannot be
+        ("TorchScriptObjectVariable(FakeScriptObject) is
+        self-referential"); here the mesh is an input of the traced call,
+        as 2.13, which traces ``from_local`` itself, has it. Every other
+        call is 2.11's."""
+        if _is_from_local(self.value):
+            if _from_local_mesh_vt(args, kwargs) is not None:
+                return _from_local_opaque_mesh(self, tx, args, kwargs)
+        return original(self, tx, args, kwargs)
+
+    return call_function
+
+
+def _is_from_local(fn: Any) -> bool:
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return fn is DTensor.from_local
+
+
+#: issue 23's points, which the patch series does not carry yet
+_NOT_YET_IN_SERIES = (
+    "issue 23: not yet ported into patches/v2.1x.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)"
+)
 
 POINTS = [
     PatchPoint(
@@ -494,7 +739,74 @@ POINTS = [
         guarded_by=(
             "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_cpu",
             "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_user_opaque_cpu",
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_isinstance_cpu",
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_as_collective_group_cpu",
         ),
         **RUNTIME,
+    ),
+    *(
+        PatchPoint(
+            name=f"distributed_opaques.FakeScriptObject.{attr}",
+            target=f"torch._library.fake_class_registry:FakeScriptObject.{attr}",
+            build=lambda _original, fn=fn: fn,
+            reason="fakes of one object compare equal and hash alike (torch 2.13)",
+            new_attribute=new,
+            **({"series": series} if series else {"series_none": _NOT_YET_IN_SERIES}),
+            guarded_by=(
+                "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_equal_cpu",
+                "test/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
+            ),
+            **ONLY_BACKPORT,
+        )
+        # __hash__: torch 2.11's class has object's (not its own attribute)
+        for attr, fn, new, series in (
+            (
+                "__eq__",
+                _fake_eq,
+                True,
+                (
+                    "0014 torch/_library/fake_class_registry.py::FakeScriptObject.__eq__",
+                    "0014 torch/_library/fake_class_registry.py::maybe_unwrap_fake_script_object",
+                ),
+            ),
+            # the series' 0014 hashes by identity: this point's hash is not ported yet
+            ("__hash__", _fake_hash, True, ()),
+        )
+    ),
+
+    PatchPoint(
+        name="distributed_opaques.FakeScriptObject.__deepcopy__",
+        target="torch._library.fake_class_registry:FakeScriptObject.__deepcopy__",
+        build=lambda _original: _fake_deepcopy,
+        reason="a deep copy of a fake re-reads its members off a copy of its object (torch 2.13)",
+        new_attribute=True,
+        series_none=_NOT_YET_IN_SERIES,
+        guarded_by=("test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_deepcopy_cpu",),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="distributed_opaques.weak._WeakHashRef",
+        target="torch.utils.weak:_WeakHashRef",
+        # its one user: the proxy tracer's script_object_tracker
+        rebinds=("torch.fx.experimental.proxy_tensor",),
+        build=_build_weak_hash_ref,
+        reason="the proxy tracer keeps fakes by identity now that they hash as their object",
+        series_none=_NOT_YET_IN_SERIES,
+        guarded_by=(
+            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_tracked_apart_cpu",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="distributed_opaques.TorchInGraphFunctionVariable.call_function",
+        target="torch._dynamo.variables.torch:TorchInGraphFunctionVariable.call_function",
+        build=_build_torch_call_function,
+        reason="DTensor.from_local(x, mesh) with an opaque mesh input: the mesh is a graph input",
+        series_none=_NOT_YET_IN_SERIES,
+        guarded_by=(
+            "test/test_dtensor_scenarios.py::test_scenario[from_local_to_local-aot_eager]",
+            "test/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
+        ),
+        **ONLY_BACKPORT,
     ),
 ]

@@ -11,7 +11,9 @@ outputs / grads carry the caller's mesh, not the one seen at compile time
 These points give 2.11's DTensor the same flatten. They are a group of
 their own, applied only by ``install(dtensor=True)``: without them,
 ``install()`` leaves DTensor exactly as torch 2.11 has it. They need the
-DeviceMesh registration of ``points/distributed_opaques.py``; one further
+DeviceMesh registration of ``points/distributed_opaques.py`` and what plain
+``install()`` gives every fake of a mesh there (``isinstance``, equality
+and hashing as on 2.13, a mesh input handed to ``DTensor.from_local``); one further
 piece lives in ``points/dynamo.py`` because its target is already edited
 there: ``dynamo.VariableBuilder.wrap_tensor``'s DTensor branch accepts this
 flatten's context (:func:`flatten_ctx_ok`).
@@ -115,40 +117,9 @@ def flatten_ctx_ok(value: Any, ctx: Any) -> bool:
 
 
 def _unwrap_fake_mesh(obj: Any) -> Any:
-    from torch._library.fake_class_registry import FakeScriptObject
+    from .distributed_opaques import _unwrap_fake
 
-    if isinstance(obj, FakeScriptObject):
-        real = object.__getattribute__(obj, "__dict__").get("real_obj")
-        if real is not None:
-            return real
-    return obj
-
-
-def _fake_eq(self, other):
-    """Added as ``FakeScriptObject.__eq__`` (torch 2.11.0 has none: identity),
-    as torch 2.13 has it: two fakes of one object, or a fake and its object,
-    are equal; otherwise the real objects compare (``!=`` follows, Python
-    derives ``__ne__``). A traced DTensor's redistribute compares its mesh
-    (a FakeScriptObject) with the target's, and its backward the forward's
-    fake mesh with the tangent's (another fake of the same mesh); 2.11's
-    identity made both "Cross device mesh comm not supported yet!".
-
-    The hash stays identity: an ``__eq__`` set on an existing class keeps
-    the inherited ``__hash__`` (the series, which defines ``__eq__`` in the
-    class body, spells ``__hash__`` out). It must: 2.11's proxy tracer keeps
-    FakeScriptObjects in ``script_object_tracker``, whose ``_WeakHashRef``
-    keys take equal hashes for one object, and two fakes of one opaque (two
-    inputs sharing it) must stay two graph inputs (2.13 hashes a fake as its
-    object but tracks opaques by id). test_fakes_of_one_object_tracked_apart
-    checks it."""
-    from torch._library.fake_class_registry import FakeScriptObject
-
-    if self is other:
-        return True
-    real, other_real = _unwrap_fake_mesh(self), _unwrap_fake_mesh(other)
-    if isinstance(real, FakeScriptObject) or isinstance(other_real, FakeScriptObject):
-        return False  # a fake without its real object: identity only
-    return real == other_real
+    return _unwrap_fake(obj)
 
 
 def _own_mesh_arg(tensor_vt: Any, mesh_vt: Any) -> bool:
@@ -229,31 +200,5 @@ POINTS = [
         group=GROUP,
         guarded_by=(_GUARD + "test_dtensor_input_fwd_bwd_aot_eager_cpu",),
         **ONLY_2_11,
-    ),
-    *(
-        PatchPoint(
-            name=f"dtensor.FakeScriptObject.{attr}",
-            target=f"torch._library.fake_class_registry:FakeScriptObject.{attr}",
-            build=lambda _original, fn=fn: fn,
-            reason="fakes of one object compare equal (torch 2.13), as a traced DTensor's meshes must",
-            new_attribute=True,
-            group=GROUP,
-            series=(
-                f"0014 torch/_library/fake_class_registry.py::FakeScriptObject.{attr}",
-                "0014 torch/_library/fake_class_registry.py::maybe_unwrap_fake_script_object",
-            ),
-            guarded_by=guarded_by,
-            **ONLY_2_11,
-        )
-        for attr, fn, guarded_by in (
-            (
-                "__eq__",
-                _fake_eq,
-                (
-                    _GUARD + "test_dtensor_input_fwd_bwd_aot_eager_cpu",
-                    _GUARD + "test_fake_mesh_equals_its_mesh_cpu",
-                ),
-            ),
-        )
     ),
 ]
