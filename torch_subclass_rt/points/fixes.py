@@ -561,7 +561,8 @@ POINTS = [
         build=_build_lazy_fw_bw_log,
         reason="a subclass without __repr__ could not be trained under compile: the "
         "metadata log record was formatted eagerly, printing fake tangents",
-        upstream_fix="torch 2.12's lazy log formatting (issue 152183; PR 185632)",
+        upstream_fix="issue 152183 (torch 2.12.0 formats the record lazily; PR 185632 "
+        "later makes the repr itself subclass-safe)",
         series=("0018 torch/_functorch/_aot_autograd/graph_compile.py::_log_fw_bw_graphs",),
         guarded_by=_NO_REPR_TESTS,
         **_OUTSIDE_FEATURE_VERSIONS,
@@ -572,7 +573,8 @@ POINTS = [
         build=_build_lazy_base_graph_log,
         reason="a subclass without __repr__ could not be compiled for inference: the "
         "metadata log record was formatted eagerly, printing fake subclasses",
-        upstream_fix="torch 2.12's lazy log formatting (issue 152183; PR 185632)",
+        upstream_fix="issue 152183 (torch 2.12.0 formats the record lazily; PR 185632 "
+        "later makes the repr itself subclass-safe)",
         series=("0018 torch/_functorch/_aot_autograd/graph_capture.py::aot_dispatch_base_graph",),
         rebinds=("torch._functorch._aot_autograd.graph_compile",),
         guarded_by=_NO_REPR_INFERENCE_TESTS,
@@ -583,7 +585,8 @@ POINTS = [
         target="torch._functorch._aot_autograd.graph_compile:collect_fw_donated_buffer_idxs",
         build=_build_donated_buffers_skip_opaques,
         reason="the donated-buffer analysis read untyped_storage() off a saved opaque",
-        upstream_fix="torch 2.13's FakeTensor check in collect_fw_donated_buffer_idxs",
+        upstream_fix="torch 2.12.0's FakeTensor check in collect_fw_donated_buffer_idxs "
+        "(no upstream issue: 2.12 shipped it with opaques saved as graph inputs)",
         series=(
             "0018 torch/_functorch/_aot_autograd/graph_compile.py::collect_fw_donated_buffer_idxs",
         ),
