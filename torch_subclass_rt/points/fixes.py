@@ -397,10 +397,15 @@ _EXPORT_SERDE_POINT = dict(
 #     reads; the second skips what is not a tensor), native 2.12+ behave
 #     that way for all graphs, and keeping a crash for graphs without an
 #     opaque would make ``install()`` worse than the release it fixes. So
-#     ``install()`` is not transparent for them: a test that fails stock
+#     they are the named exception to Note [install() is transparent without
+#     opaques] (runtime/__init__.py): a test that fails stock
 #     with the logging bug passes with ``install()``, which
 #     ``python -m torch_subclass_rt compare`` reports as fixed by
 #     ``install()``, apart from the tests it breaks (none).
+#     Not carried: with a handler on the structured-trace log (TORCH_TRACE,
+#     tlparse, pytest's log capture) every release through 2.13 formats the
+#     same metadata for the trace and fails alike; upstream PR 185632
+#     (issue 152183) makes the repr itself safe, after 2.13.
 
 
 def _lazy_metadata_log_edits(*names: str) -> list[Edit]:
