@@ -71,8 +71,79 @@ def test_compiled():
 '''
 
 
+ONLY_FIXES = '''
+import torch_subclass_rt as tsrt
+
+def test_same_everywhere():
+    assert 1 + 1 == 2
+
+def test_fixed_by_install():
+    if tsrt.status().mode == "off":
+        raise RuntimeError("a torch bug install() carries the fix for")
+'''
+
+# A subclass without a __repr__ and without any opaque (a string in its
+# flatten context), trained under compile: torch 2.10.0 / 2.11.0 fail it
+# (GuardOnDataDependentSymNode: the AOT metadata log record is formatted
+# eagerly); install() carries 2.12's lazy formatting for every graph
+# (points/fixes.py, Note [Scope of the fixes outside the feature]).
+NO_REPR = '''
+import torch
+import torch.utils._pytree as pytree
+
+
+class NoRepr(torch.Tensor):
+    @staticmethod
+    def __new__(cls, local, tag):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, local.shape, strides=local.stride(), dtype=local.dtype,
+            requires_grad=local.requires_grad,
+        )
+
+    def __init__(self, local, tag):
+        self._local = local
+        self.tag = tag
+
+    def __tensor_flatten__(self):
+        return ["_local"], self.tag
+
+    @staticmethod
+    def __tensor_unflatten__(inner, tag, outer_size, outer_stride):
+        return NoRepr(inner["_local"], tag)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tag = next(a.tag for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, NoRepr))
+        args, kwargs = pytree.tree_map_only(NoRepr, lambda t: t._local, (args, kwargs))
+        out = func(*args, **kwargs)
+        return pytree.tree_map_only(torch.Tensor, lambda t: NoRepr(t, tag), out)
+
+
+def test_train_no_repr_subclass():
+    f = torch.compile(lambda x: (x.sin() * 2).cos(), backend="aot_eager", fullgraph=True)
+    x = NoRepr(torch.randn(4), "dp").requires_grad_(True)
+    f(x).sum().backward()
+    assert type(x.grad) is NoRepr
+'''
+
+
+class TestClassify(unittest.TestCase):
+    def test_groups(self):
+        from torch_subclass_rt import compare
+
+        self.assertEqual(compare.classify("passed", "failed"), compare.BROKEN)
+        self.assertEqual(compare.classify("passed", "error"), compare.BROKEN)
+        self.assertEqual(compare.classify("failed", "passed"), compare.FIXED)
+        self.assertEqual(compare.classify("error", "passed"), compare.FIXED)
+        for pair in (("passed", "skipped"), ("xfailed", "xpassed"), ("absent", "passed"),
+                     ("failed", "skipped")):
+            self.assertEqual(compare.classify(*pair), compare.CHANGED, pair)
+
+
 class TestCompare(unittest.TestCase):
-    def run_compare(self, suite_source: str, tmp: Path, *extra: str) -> subprocess.CompletedProcess:
+    def run_compare(self, suite_source: str, tmp: Path, *extra: str,
+                    pytest_extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
         (tmp / "test_suite.py").write_text(textwrap.dedent(suite_source))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
@@ -82,7 +153,7 @@ class TestCompare(unittest.TestCase):
             env.pop(var, None)
         return subprocess.run(
             [sys.executable, "-m", "torch_subclass_rt", "compare", "--quiet", "--keep",
-             str(tmp / "runs"), *extra, "--", "-q", "test_suite.py"],
+             str(tmp / "runs"), *extra, "--", "-q", *pytest_extra, "test_suite.py"],
             cwd=tmp, env=env, capture_output=True, text=True, timeout=600,
         )
 
@@ -102,6 +173,12 @@ class TestCompare(unittest.TestCase):
             out = proc.stdout
             self.assertEqual(proc.returncode, 1, out + proc.stderr)
             self.assertIn("3 test(s) differ (stock -> with install()):", out)
+            # what install() breaks is reported apart from what it fixes
+            broken, fixed = out.split("  broken by install() (2):")[1].split("  fixed by install() (1):")
+            self.assertIn("test_only_stock_passes", broken)
+            self.assertIn("test_subprocess_is_installed_too", broken)
+            self.assertIn("test_only_installed_passes", fixed)
+            self.assertNotIn("changed otherwise", out)
             self.assertIn("test_suite.py::test_only_stock_passes: passed -> failed", out)
             self.assertIn("installed: AssertionError: installed here:", out)
             self.assertIn("test_suite.py::test_subprocess_is_installed_too: passed -> failed", out)
@@ -128,6 +205,41 @@ class TestCompare(unittest.TestCase):
             (installed,) = [p.read_text() for p in tmp.glob("cache-dir-*") if p.name != "cache-dir-off"]
             self.assertEqual(stock, str(tmp / "runs" / "stock" / "inductor-cache"))
             self.assertEqual(installed, str(tmp / "runs" / "installed" / "inductor-cache"))
+
+    def test_only_fixes_exits_zero(self):
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d)
+            proc = self.run_compare(ONLY_FIXES, tmp)
+            out = proc.stdout
+            self.assertEqual(proc.returncode, 0, out + proc.stderr)
+            self.assertIn("1 test(s) differ (stock -> with install()):", out)
+            self.assertIn("  fixed by install() (1):", out)
+            self.assertIn("test_suite.py::test_fixed_by_install: failed -> passed", out)
+            self.assertIn("stock: RuntimeError: a torch bug install() carries the fix for", out)
+            self.assertNotIn("broken by install()", out)
+            self.assertIn("install() only fixes tests here; it breaks none", out)
+
+    def test_subclass_without_repr_is_fixed_on_backport_releases(self):
+        import tempfile
+
+        from torch_subclass_rt import _torch_compat
+
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d)
+            # without pytest's log capture, which hands torch's structured
+            # trace a handler: with one, every release formats the metadata
+            # for tlparse and fails alike (issue 152183, PR 185632 after 2.13)
+            proc = self.run_compare(NO_REPR, tmp, pytest_extra=("-p", "no:logging"))
+            out = proc.stdout
+            self.assertEqual(proc.returncode, 0, out + proc.stderr)
+            if _torch_compat.torch_version() in _torch_compat.BACKPORT_VERSIONS:
+                self.assertIn("  fixed by install() (1):", out)
+                self.assertIn("test_train_no_repr_subclass: failed -> passed", out)
+                self.assertIn("stock: BackendCompilerFailed", out)
+            else:
+                self.assertIn("same outcome for all 1 tests", out)
 
     def test_pytest_that_cannot_start_exits_two(self):
         import tempfile

@@ -30,6 +30,15 @@ behaviour): an inner attr that is neither a tensor nor a registered opaque
 gets, at trace time, an error naming the subclass and the attr (torch
 2.12's check) where torch 2.11 fails later inside fakeification.
 
+The other exception is a class of points, the fixes for torch 2.10/2.11
+bugs outside the feature that block parity with native 2.13
+(``points/fixes.py``, Note [Scope of the fixes outside the feature]): they
+apply to every graph, so a program that fails on stock 2.10/2.11 only
+because of such a bug (a subclass without a ``__repr__`` of its own,
+compiled) passes once ``install()`` ran. They never change a program that
+stock torch runs; ``python -m torch_subclass_rt compare`` lists such a test
+as fixed by ``install()``, apart from the tests it breaks.
+
 Not an exception: torch 2.11 fills the dynamic *strides* of a rebuilt
 subclass output from the slots of its sizes (a ``TwoTensor`` of shape
 (4, 6) compiled with ``dynamic=True`` comes back with stride (4, 1)); 2.13
