@@ -46,6 +46,8 @@ SUBSYSTEMS: tuple[str, ...] = (
     "dtensor",  # opt-in group "dtensor" (install(dtensor=True))
     # last: a fix point may stack on a backport point of the same target
     "fixes",
+    # PR 193452's fix (resolve opaque members when read) on the native releases
+    "lazy_members",
 )
 
 
