@@ -146,16 +146,17 @@ def _resolve_for_dynamo(fake: Any, name: str) -> None:
 
 def _build_var_getattr(original):
     @functools.wraps(original)
-    def var_getattr(self, tx, name):
-        """Wraps ``TorchScriptObjectVariable.var_getattr`` (torch 2.12.x to
-        2.14.x). Differs: a registered member
+    def getattr_hook(self, tx, name):
+        """Wraps ``TorchScriptObjectVariable.var_getattr`` (torch 2.12.x,
+        2.13.0) and ``CustomClassObjectVariable.tp_getattro_impl`` (its
+        name on torch 2.14.x). Differs: a registered member
         of a reference opaque's fake is resolved first (the fake no longer
         carries every member from the start: ``maybe_to_fake_obj`` above).
         """
         _resolve_for_dynamo(self.value, name)
         return original(self, tx, name)
 
-    return var_getattr
+    return getattr_hook
 
 
 def _importers(*modules: str) -> tuple[str, ...]:
@@ -186,6 +187,8 @@ _FIX = "PR 193452 (open; issue 187505 items 3-4)"
 #: but a backport point needs its change in patches/v2.1x.0 as well, which
 #: is not done yet: test/test_lazy_members.py expects the bug there.
 _VERSIONS = upstream_fix(*FIXES_VERSIONS)
+_FROM_2_14 = tuple(v for v in FIXES_VERSIONS if v.startswith("2.14."))
+_BEFORE_2_14 = tuple(v for v in FIXES_VERSIONS if v not in _FROM_2_14)
 _SERIES_NONE = (
     "the bug is also in torch 2.11.0 and in the v2.10.0/v2.11.0 series, which do not "
     "carry this fix yet; the point applies to the native releases only"
@@ -209,18 +212,26 @@ POINTS = [
         guarded_by=_TESTS,
         **_VERSIONS,
     ),
-    PatchPoint(
-        name="fix.TorchScriptObjectVariable.var_getattr.lazy_members",
-        target="torch._dynamo.variables.script_object:TorchScriptObjectVariable.var_getattr",
-        build=_build_var_getattr,
-        reason="Dynamo reads a registered member off the fake of an opaque, which now "
-        "resolves members when read",
-        upstream_fix=_FIX,
-        series_none=_SERIES_NONE,
-        guarded_by=(
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_member_reads_in_dynamo_cpu",
-        ),
-        **_VERSIONS,
+    # torch 2.14 renamed the variable class and its getattr hook
+    *(
+        PatchPoint(
+            name=f"fix.{cls}.{method}.lazy_members",
+            target=f"torch._dynamo.variables.script_object:{cls}.{method}",
+            build=_build_var_getattr,
+            reason="Dynamo reads a registered member off the fake of an opaque, which now "
+            "resolves members when read",
+            upstream_fix=_FIX,
+            series_none=_SERIES_NONE,
+            guarded_by=(
+                "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_member_reads_in_dynamo_cpu",
+            ),
+            **upstream_fix(*versions),
+        )
+        for cls, method, versions in (
+            ("TorchScriptObjectVariable", "var_getattr", _BEFORE_2_14),
+            ("CustomClassObjectVariable", "tp_getattro_impl", _FROM_2_14),
+        )
+        if versions
     ),
     PatchPoint(
         name="fix.FakeScriptObject.__getattr__.lazy_members",
