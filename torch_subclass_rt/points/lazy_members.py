@@ -191,7 +191,8 @@ _FROM_2_14 = tuple(v for v in FIXES_VERSIONS if v.startswith("2.14."))
 _BEFORE_2_14 = tuple(v for v in FIXES_VERSIONS if v not in _FROM_2_14)
 _SERIES_NONE = (
     "the bug is also in torch 2.11.0 and in the v2.10.0/v2.11.0 series, which do not "
-    "carry this fix yet; the point applies to the native releases only"
+    "carry this fix yet; the point applies to the native releases only. Upstream: "
+    "patches/upstream/0001 (against v2.14.1)"
 )
 _TEST = "test/test_lazy_members.py::TestLazyMembers::"
 _TESTS = (
