@@ -161,8 +161,8 @@ def _build_var_getattr(original):
 
 def _importers(*modules: str) -> tuple[str, ...]:
     """Those of ``modules`` whose source imports ``maybe_to_fake_obj`` by
-    name (2.12 on: export's tracer and constant lifting; 2.11 imports it in
-    functions), read without importing them."""
+    name (2.12 on: export's tracer and constant lifting; 2.14 also
+    Inductor's IR), read without importing them."""
     import importlib.util
 
     found = []
@@ -209,7 +209,9 @@ POINTS = [
         "and INLINED methods were bound to the real object",
         upstream_fix=_FIX,
         series_none=_SERIES_NONE,
-        rebinds_if_loaded=_importers("torch._export.passes.lift_constants_pass", "torch.export._trace"),
+        rebinds_if_loaded=_importers(
+            "torch._export.passes.lift_constants_pass", "torch.export._trace", "torch._inductor.ir"
+        ),
         guarded_by=_TESTS,
         **_VERSIONS,
     ),
