@@ -5,9 +5,9 @@
 Every release with opaque members reads every registered member off the
 real object each time it fakifies the object, and binds ``INLINED`` methods
 to the real object. Marked :func:`harness.upstream_bug`: in mode ``native``
-the releases fail (xfail); with ``install()`` (``native+fixes``) they pass.
-The 2.10/2.11 backport has the same eager loop and does not carry the fix
-yet: there they xfail in every mode.
+the releases fail (xfail); with ``install()`` (``native+fixes``, and the
+2.10/2.11 backport, which carries the fix too) or the patch series (0018,
+``patched``) they pass.
 """
 
 from __future__ import annotations
@@ -22,12 +22,10 @@ from torch.utils._pytree import tree_map_only  # noqa: E402
 
 import torch_subclass_rt as tsrt  # noqa: E402
 
-#: every release with opaque members has the eager loop, and so does
-#: install()'s 2.10/2.11 backport: the fix is carried on the native releases
-#: only (a backport point needs the change in patches/v2.1x.0 too, not done),
-#: so on 2.10/2.11 the tests expect the bug in every mode
-_BROKEN_ON = ("2.10.0", "2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1")
-_CARRIED = harness.torch_major_minor() >= (2, 12)
+#: every release with opaque members has the eager loop; the native ones
+#: (where mode "native" runs them as shipped) are listed. The 2.10/2.11
+#: backport carries the fix (and the series, patch 0018)
+_BROKEN_ON = ("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1")
 _FIX = "PR 193452 (open; issue 187505 items 3-4)"
 
 
@@ -134,8 +132,7 @@ class TestLazyMembers(TestCase):
         torch._dynamo.reset()
         Probe.evaluations = 0
 
-    @harness.upstream_bug(_FIX, broken_on=_BROKEN_ON, fails_with=(AssertionError,),
-                          carried=_CARRIED)
+    @harness.upstream_bug(_FIX, broken_on=_BROKEN_ON, fails_with=(AssertionError,))
     def test_unread_member_not_evaluated(self):
         # Nothing compiled reads ``costly``: it must not run. The releases
         # evaluate it at every fakification (2.13.0: twice for the graph
@@ -162,8 +159,7 @@ class TestLazyMembers(TestCase):
         self.assertEqual(expected, (a * 2).sin() * 30)
         self.assertGreater(Probe.evaluations, evaluations)
 
-    @harness.upstream_bug(_FIX, broken_on=_BROKEN_ON, fails_with=(AssertionError,),
-                          carried=_CARRIED)
+    @harness.upstream_bug(_FIX, broken_on=_BROKEN_ON, fails_with=(AssertionError,))
     def test_inlined_member_side_effect_on_runtime_object(self):
         # The subclass's dispatch calls the INLINED ``record`` on its inner
         # attr, which calls a custom op on ``self`` (its side effect: a hit
@@ -178,6 +174,16 @@ class TestLazyMembers(TestCase):
         self.assertEqual((first.hits, second.hits), (1, 0))
         f(WithOpaque(x, second, "record"))
         self.assertEqual((first.hits, second.hits), (1, 1), "the hit went to the traced-with object")
+
+    def test_registered_member_missing(self):
+        # still refused when the fake is made (statically: nothing evaluated)
+        class Missing(tsrt.OpaqueBase):
+            pass
+
+        tsrt.register_opaque(Missing, typ="reference", **harness.member_kwargs(nope="USE_REAL"))
+        f = torch.compile(_sin2, backend="aot_eager", fullgraph=True)
+        with self.assertRaisesRegex(Exception, r"TypeError: .*Missing.* member 'nope'"):
+            f(WithOpaque(torch.randn(2), Missing()))
 
 
 if __name__ == "__main__":

@@ -321,6 +321,7 @@ class TestVerifyPatches(ToolTestCase):
                 "test/test_opaque_subclass_parity.py",
                 "test/test_device_mesh_opaque.py",
                 "test/test_device_mesh_derived_submesh.py",
+                "test/test_opaque_lazy_members.py",
             ],
         )
         dtensor = REPO / "test" / "test_dtensor_opaque_mesh.py"

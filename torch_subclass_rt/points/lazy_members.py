@@ -32,7 +32,7 @@ import inspect
 import types
 from typing import Any
 
-from .._torch_compat import FIXES_VERSIONS
+from .._torch_compat import BACKPORT_VERSIONS, FIXES_VERSIONS
 from ..patching.registry import PatchPoint
 from ._versions import upstream_fix
 
@@ -61,21 +61,37 @@ def _check_members_exist(x: Any) -> None:
         try:
             inspect.getattr_static(x, name)
         except AttributeError:
-            cls = type(x).__qualname__
-            raise TypeError(
-                f"{cls} is registered as an opaque type with member {name!r}, but {cls} "
-                f"objects have no attribute {name!r} (this one has none when torch.compile "
-                "fakifies it). Remove it from register_opaque_type(members=...), or set it "
-                "in __init__."
-            ) from None
+            raise TypeError(_missing_member_message(x, name)) from None
+
+
+def _missing_member_message(x: Any, name: str) -> str:
+    # the message each release (each series) gives, so that only laziness
+    # differs: 2.10's is the backport's own (Note [Opaque member
+    # registration errors] in opaque_members.py)
+    from torch._library.opaque_object import get_opaque_type_name
+
+    from .._torch_compat import torch_version
+
+    cls = type(x).__qualname__
+    if torch_version() == "2.10.0":
+        return (
+            f"{cls} is registered as an opaque type with member {name!r}, but {cls} "
+            f"objects have no attribute {name!r}. Remove it from "
+            "register_opaque_type(members=...)."
+        )
+    return (
+        f"Opaque object of type '{get_opaque_type_name(type(x))}' was specified to have "
+        f"member '{name}', but this doesn't actually exist in the object."
+    )
 
 
 def _build_maybe_to_fake_obj(original):
     @functools.wraps(original)
     def maybe_to_fake_obj(fake_mode, x):
         """Stands in for ``torch._library.fake_class_registry.
-        maybe_to_fake_obj`` (torch 2.12.x, 2.13.0, 2.14.x) for a registered
-        opaque object;
+        maybe_to_fake_obj`` (torch 2.11.0, 2.12.x, 2.13.0, 2.14.x; on 2.10.0
+        it wraps install()'s torch_2_11_base copy) for a registered opaque
+        object;
         TorchScript objects go to the wrapped function.
 
         Differs: the fake carries no member yet (``FakeScriptObject.
@@ -111,15 +127,13 @@ def _fake_getattr(self: Any, name: str) -> Any:
     from torch._library.opaque_object import MemberType
     from torch.utils._python_dispatch import _disable_current_modes
 
-    if kind is MemberType.INLINED:
-        static = inspect.getattr_static(type(real), name, None)
-        if isinstance(static, types.FunctionType):
-            # traced: its body sees the fake, as a graph input's does; not
-            # kept, so a deepcopy of the fake does not rebind it to a copy
-            # of the real object
-            return types.MethodType(static, self)
-    with _disable_current_modes():
-        value = getattr(real, name)
+    static = inspect.getattr_static(type(real), name, None)
+    if kind is MemberType.INLINED and isinstance(static, types.FunctionType):
+        # traced: its body sees the fake, as a graph input's does
+        value = types.MethodType(static, self)
+    else:
+        with _disable_current_modes():
+            value = getattr(real, name)
     object.__setattr__(self, name, value)
     return value
 
@@ -140,14 +154,13 @@ def _resolve_for_dynamo(fake: Any, name: str) -> None:
         return
     if _member_kind(real, name) is None:
         return
-    value = _fake_getattr(fake, name)
-    object.__setattr__(fake, name, value)
+    _fake_getattr(fake, name)  # kept on the fake
 
 
 def _build_var_getattr(original):
     @functools.wraps(original)
     def getattr_hook(self, tx, name):
-        """Wraps ``TorchScriptObjectVariable.var_getattr`` (torch 2.12.x,
+        """Wraps ``TorchScriptObjectVariable.var_getattr`` (torch 2.11.0, 2.12.x,
         2.13.0) and ``CustomClassObjectVariable.tp_getattro_impl`` (its
         name on torch 2.14.x). Differs: a registered member
         of a reference opaque's fake is resolved first (the fake no longer
@@ -181,19 +194,17 @@ def _importers(*modules: str) -> tuple[str, ...]:
 
 
 _FIX = "PR 193452 (open; issue 187505 items 3-4)"
-#: every native release we patch has the eager loop (2.12.0 and 2.14.0 as
-#: well, once _torch_compat lists them). The 2.10/2.11 backport has it too
-#: (torch 2.11's own loop; opaque_members.set_registered_members on 2.10),
-#: but a backport point needs its change in patches/v2.1x.0 as well, which
-#: is not done yet: test/test_lazy_members.py expects the bug there.
-_VERSIONS = upstream_fix(*FIXES_VERSIONS)
+#: every release with opaque members has the eager loop: the native ones
+#: we patch (2.12.0 and 2.14.0 as well, once _torch_compat lists them), and
+#: the 2.10/2.11 backport (torch 2.11's own loop; on 2.10 install()'s
+#: torch_2_11_base edit, whose replacement the point wraps there). The
+#: series carry it as patch 0018.
+_VERSIONS = upstream_fix(*BACKPORT_VERSIONS, *FIXES_VERSIONS)
+_F = "0018 torch/_library/fake_class_registry.py::"
 _FROM_2_14 = tuple(v for v in FIXES_VERSIONS if v.startswith("2.14."))
-_BEFORE_2_14 = tuple(v for v in FIXES_VERSIONS if v not in _FROM_2_14)
-_SERIES_NONE = (
-    "the bug is also in torch 2.11.0 and in the v2.10.0/v2.11.0 series, which do not "
-    "carry this fix yet; the point applies to the native releases only. Upstream: "
-    "patches/upstream/0001 (against v2.14.1)"
-)
+#: torch 2.10's Dynamo (install()'s opaque_members) reads members off the
+#: real object, not the fake: nothing to resolve there
+_BEFORE_2_14 = ("2.11.0", *(v for v in FIXES_VERSIONS if v not in _FROM_2_14))
 _TEST = "test/test_lazy_members.py::TestLazyMembers::"
 _TESTS = (
     f"{_TEST}test_unread_member_not_evaluated",
@@ -208,7 +219,7 @@ POINTS = [
         reason="every registered member of an opaque was evaluated at each fakification, "
         "and INLINED methods were bound to the real object",
         upstream_fix=_FIX,
-        series_none=_SERIES_NONE,
+        series=(f"{_F}maybe_to_fake_obj", f"{_F}_check_registered_members_exist"),
         rebinds_if_loaded=_importers(
             "torch._export.passes.lift_constants_pass", "torch.export._trace", "torch._inductor.ir"
         ),
@@ -224,15 +235,25 @@ POINTS = [
             reason="Dynamo reads a registered member off the fake of an opaque, which now "
             "resolves members when read",
             upstream_fix=_FIX,
-            series_none=_SERIES_NONE,
+            **series,
             guarded_by=(
                 "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_member_reads_in_dynamo_cpu",
             ),
             **upstream_fix(*versions),
         )
-        for cls, method, versions in (
-            ("TorchScriptObjectVariable", "var_getattr", _BEFORE_2_14),
-            ("CustomClassObjectVariable", "tp_getattro_impl", _FROM_2_14),
+        for cls, method, versions, series in (
+            (
+                "TorchScriptObjectVariable", "var_getattr", _BEFORE_2_14,
+                {"series": (
+                    "0018 torch/_dynamo/variables/script_object.py::"
+                    "TorchScriptObjectVariable.var_getattr",
+                )},
+            ),
+            (
+                "CustomClassObjectVariable", "tp_getattro_impl", _FROM_2_14,
+                {"series_none": "torch 2.14's name of the hook; the series' bases (2.10, "
+                 "2.11) have var_getattr (the point above)"},
+            ),
         )
         if versions
     ),
@@ -243,7 +264,7 @@ POINTS = [
         new_attribute=True,
         reason="the fake of an opaque resolves a registered member when it is read",
         upstream_fix=_FIX,
-        series_none=_SERIES_NONE,
+        series=(f"{_F}FakeScriptObject.__getattr__", f"{_F}_resolve_registered_member"),
         guarded_by=(
             f"{_TEST}test_member_read_by_dispatch",
             f"{_TEST}test_inlined_member_side_effect_on_runtime_object",
