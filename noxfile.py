@@ -15,7 +15,8 @@
                                    renamed opaque API (CustomClassBase,
                                    register_custom_class) behind tsrt.OpaqueBase /
                                    tsrt.register_opaque, and 2.14's graph printing
-                                   (test/expected/v2.14/); then the fix tests in native
+                                   (test/expected/v2.14/); then the fix tests in native,
+                                   and the upstream series (patches/upstream/) check
   nox -s "tests(torch='2.12.0')"   a first release whose patch release has the session
   nox -s "tests(torch='2.14.0')"   above: only what can differ per wheel (FIRST_RELEASES)
 
@@ -41,6 +42,8 @@ PYTEST = ["python", "-m", "pytest", "test", "-q", "-p", "no:cacheprovider", "-rs
 
 
 FIX_TESTS = "test/test_upstream_fixes.py"
+#: also upstream_bug tests (PR 193452), in a file of their own
+LAZY_TESTS = "test/test_lazy_members.py"
 #: spawns two gloo ranks per case (about a minute each with inductor): run
 #: where the feature's two implementations are, the backport (2.11) and
 #: native torch (2.13), not again in the modes that share one of them
@@ -78,6 +81,8 @@ COMPARE_TESTS = "test/test_compare.py"
 FIRST_RELEASES = ("2.12.0", "2.14.0")
 FIRST_RELEASE_NATIVE = [
     FIX_TESTS,
+    # PR 193452 (open upstream): registered members read eagerly
+    LAZY_TESTS,
     # PR 180530: torch 2.12 refuses a ProcessGroup among inner attrs
     "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
 ]
@@ -235,7 +240,12 @@ def tests(session: nox.Session, torch: str) -> None:
     elif torch in ("2.12.1", "2.14.1"):
         _run_suite(session, "native+fixes", os.path.join(dumps, "native+fixes"), env,
                    ignore=(RANKS_TESTS, COMPARE_TESTS))
-        _run_files(session, "native", [FIX_TESTS], env)
+        _run_files(session, "native", [FIX_TESTS, LAZY_TESTS], env)
+        if torch == "2.14.1":
+            # the fixes upstream main lacks, as a ghstack-ready git-am series
+            # (patches/upstream/): applies to v2.14.1, its in-tree tests pass
+            _step(session, "python", "tools/verify_patches.py", "--base", "v2.14.1",
+                  "--series", "upstream", env=env)
     else:
         _run_suite(session, "native", os.path.join(dumps, "native"), env)
         # compare's tests ran in the native run above (COMPARE_TESTS)
@@ -247,7 +257,7 @@ def tests(session: nox.Session, torch: str) -> None:
             session, "diff", "-r", os.path.join(dumps, "native"), os.path.join(dumps, "forced"),
             external=True,
         )
-        _run_files(session, "native+fixes", [FIX_TESTS, "test/test_install.py"], env)
+        _run_files(session, "native+fixes", [FIX_TESTS, LAZY_TESTS, "test/test_install.py"], env)
 
 
 #: (label, tests session whose virtualenv runs it, extra environment)

@@ -255,6 +255,22 @@ class TestVerifyPatches(ToolTestCase):
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("needs torch 9.9.0", proc.stderr)
 
+    def test_upstream_series_is_for_its_base(self) -> None:
+        # patches/upstream/ is written against one release; another base is
+        # refused before anything is built
+        proc = run_tool("verify_patches.py", "--base", "v2.11.0", "--series", "upstream")
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("--series upstream is written against v2.14.1", proc.stderr)
+
+    def test_upstream_series_adds_its_tests(self) -> None:
+        # each commit of the upstream series carries an in-tree test
+        from tools import verify_patches
+
+        patches = _common.series(verify_patches.UPSTREAM_SERIES)
+        self.assertTrue(patches)
+        for patch in patches:
+            self.assertTrue(verify_patches.in_tree_tests([patch]), patch.name)
+
     @needs_series_torch
     def test_dropped_hunk_fails(self) -> None:
         # Dropping the hunk that fakeifies opaques in unwrap_tensor_subclasses
@@ -305,6 +321,7 @@ class TestVerifyPatches(ToolTestCase):
                 "test/test_opaque_subclass_parity.py",
                 "test/test_device_mesh_opaque.py",
                 "test/test_device_mesh_derived_submesh.py",
+                "test/test_opaque_lazy_members.py",
             ],
         )
         dtensor = REPO / "test" / "test_dtensor_opaque_mesh.py"

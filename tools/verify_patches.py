@@ -21,7 +21,15 @@ message on failure:
 6. compare every graph dump of 4 with 5: same names, same bytes.
 
 Exit status 0 only if the series applies, both suite runs and the in-tree
-test pass, and the dumps are identical. ``--fail-fast`` stops the suite at
+test pass, and the dumps are identical.
+
+``--series upstream`` (with ``--base v2.14.1``, :data:`UPSTREAM_BASE`)
+verifies ``patches/upstream/`` instead: the fixes upstream main still lacks,
+one commit each, for submission with ghstack (CONTRIBUTING.md, "The upstream
+series"). Steps 1-3 as above, then only the series' in-tree tests (each
+``test/*.py`` a commit adds, run with torch_subclass_rt unimportable): the
+series changes what native torch does, so there is no backport to compare
+its graphs with. ``--fail-fast`` stops the suite at
 its first failing test and the check at its first failing step (a series
 known to be broken, as in tools' own tests, fails in seconds, not minutes).
 """
@@ -31,6 +39,7 @@ from __future__ import annotations
 import argparse
 import filecmp
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +50,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tools._common import (  # noqa: E402
+    PATCHES_ROOT,
     REPO_ROOT,
     ToolError,
     git,
@@ -50,7 +60,7 @@ from tools._common import (  # noqa: E402
     series,
     series_dir,
 )
-from tools import apply_patches, make_checkout, series_map  # noqa: E402
+from tools import apply_patches, make_checkout, series_map, upstream  # noqa: E402
 
 # the graph-dump suites compared between the patched torch and the backport
 SUITES = (
@@ -68,7 +78,15 @@ SUITES = (
     # no graph dumps: subclasses without __repr__ and the donated-buffer
     # case (0018); the patched torch must pass them as install() does
     REPO_ROOT / "test" / "test_user_written_subclasses.py",
+    # no graph dumps: registered members resolved when read (0020)
+    REPO_ROOT / "test" / "test_lazy_members.py",
 )
+
+#: the release the upstream series (patches/upstream/) is written against:
+#: the newest release the project tests (its commits rebase onto main)
+UPSTREAM_BASE = "2.14.1"
+UPSTREAM_SERIES = PATCHES_ROOT / "upstream"
+UPSTREAM_BRANCH = f"opaque-fixes-upstream-v{UPSTREAM_BASE}"
 
 #: the suites that test one patch of the series: a series that leaves that
 #: patch out (series_map.LEFT_OUT_OF_SERIES) has nothing for them to test
@@ -241,6 +259,64 @@ def _tail(path: Path, n: int = 40) -> str:
     return "\n".join(lines[-n:])
 
 
+def verify_upstream(base: str, patches_dir: Path | None, work: Path,
+                    fail_fast: bool = False) -> list[str]:
+    """Apply the upstream series to a checkout of the installed torch and
+    run its in-tree tests against it (module docstring, ``--series upstream``)."""
+    version = normalize_version(base.lstrip("v"))
+    if version != UPSTREAM_BASE:
+        raise ToolError(
+            f"--series upstream is written against v{UPSTREAM_BASE}, not {base} "
+            "(rebase it and change UPSTREAM_BASE to move it)"
+        )
+    torch_root, installed = installed_torch()
+    if installed != version:
+        raise ToolError(
+            f"--series upstream needs torch {version}, but {sys.executable} has torch "
+            f"{installed} (use .nox/tests-torch-2-14-1/bin/python)"
+        )
+    directory = Path(patches_dir) if patches_dir is not None else UPSTREAM_SERIES
+    failures: list[str] = []
+    step(f"checkout of the installed torch {installed} ({torch_root})")
+    checkout = work / "checkout"
+    make_checkout.make_checkout(torch_root, checkout)
+    step(f"apply the upstream series ({directory}) as tools/upstream.py --dry-run does")
+    # the same branch and commits tools/upstream.py makes before ghstack
+    # submit, so this is its dry run on the real series too
+    branch, tag, applied = upstream.prepare_branch(checkout, UPSTREAM_BRANCH, directory)
+    for name in applied:
+        print(f"    {name}")
+    print(f"    branch {branch}; would run: {' '.join(upstream.ghstack_command(tag, 'main', []))}")
+    for line in git(checkout, "log", "--format=%H", f"{tag}..HEAD").stdout.split():
+        message = git(checkout, "log", "-1", "--format=%B", line).stdout
+        subject = message.splitlines()[0]
+        # what a PyTorch reviewer looks for: [area] title, the issue, a test plan
+        if not re.match(r"^\[[\w.-]+\] ", subject):
+            failures.append(f"commit {subject!r}: the subject has no [area] prefix")
+        if not re.search(r"(Fixes|Part of|Addresses) .*#\d+", message):
+            failures.append(f"commit {subject!r}: the message names no upstream issue (#NNNN)")
+        if "Test Plan:" not in message:
+            failures.append(f"commit {subject!r}: the message has no Test Plan")
+    step("materialize the patched torch (hard links + patched copies)")
+    site = work / "site"
+    changed = materialize(torch_root, checkout, f"v{version}", site)
+    print(f"    {site}/torch: {len(changed)} patched files")
+    tests = in_tree_tests(series(directory))
+    if not tests:
+        failures.append(f"the upstream series ({directory}) adds no test file")
+    for test in tests:
+        step(f"in-tree test {test} of the upstream series")
+        log = work / f"in-tree-{Path(test).stem}.log"
+        rc = run_in_tree_test(checkout, site, log, test)
+        if rc != 0:
+            failures.append(f"{test} failed (exit {rc}); log {log}:\n" + _tail(log))
+            if fail_fast:
+                return failures
+        else:
+            print("    passed")
+    return failures
+
+
 def verify(base: str, patches_dir: Path | None, work: Path, skip_backport: bool = False,
            fail_fast: bool = False) -> list[str]:
     version = normalize_version(base.lstrip("v"))
@@ -329,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="only apply + run the patched suite and in-tree test (no dump comparison)")
     ap.add_argument("--fail-fast", action="store_true",
                     help="stop at the first failing test and the first failing step")
+    ap.add_argument("--series", choices=("backport", "upstream"), default="backport",
+                    help="backport: patches/<base>/ (default); upstream: patches/upstream/, "
+                    f"the fixes upstream lacks, against v{UPSTREAM_BASE} (in-tree tests only)")
     args = ap.parse_args(argv)
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=False)
@@ -336,16 +415,24 @@ def main(argv: list[str] | None = None) -> int:
     else:
         work = Path(tempfile.mkdtemp(prefix="tsrt-verify-"))
     try:
-        failures = verify(args.base, args.patches_dir, work, args.skip_backport_run, args.fail_fast)
+        if args.series == "upstream":
+            failures = verify_upstream(args.base, args.patches_dir, work, args.fail_fast)
+        else:
+            failures = verify(args.base, args.patches_dir, work, args.skip_backport_run,
+                              args.fail_fast)
     except ToolError as e:
         failures = [str(e)]
     if not failures and not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     if failures:
-        print(f"\nFAILED: verify_patches --base {args.base} (work dir kept: {work})", file=sys.stderr)
+        print(f"\nFAILED: verify_patches --base {args.base} --series {args.series} "
+              f"(work dir kept: {work})", file=sys.stderr)
         for f in failures:
             print(f"\n* {f}", file=sys.stderr)
         return 1
+    if args.series == "upstream":
+        print("\nOK: the upstream series applies and its in-tree tests pass")
+        return 0
     print("\nOK: the series applies, the suites pass, and the graph dumps are identical")
     return 0
 

@@ -46,6 +46,10 @@ SUBSYSTEMS: tuple[str, ...] = (
     "dtensor",  # opt-in group "dtensor" (install(dtensor=True))
     # last: a fix point may stack on a backport point of the same target
     "fixes",
+    # PR 193452's fix (resolve opaque members when read), on every release
+    # with opaque members; after torch_2_11_base, whose maybe_to_fake_obj
+    # it wraps on 2.10
+    "lazy_members",
 )
 
 
