@@ -30,7 +30,7 @@ crosses its threshold), so two runs agree to well under 1 %.
 
     python benchmarks/instructions.py [--mode native|backport|forced]
         [--n 1,10,100] [--kinds fwd,fwd+bwd] [--opaques distinct,shared]
-        [--calls K] [--no-compile] [--json OUT]
+        [--calls K] [--no-compile | --compile-n 1,10] [--json OUT]
     python benchmarks/instructions.py --gate [--accept]
 
 The mode defaults to ``TSRT_MODE``, else backport below torch 2.12 and native
@@ -76,7 +76,7 @@ NATIVE_REFERENCE = "2.13.0 native"
 #: what --gate measures: small enough for the matrix (about a minute per
 #: torch and mode), large enough that the per-input figure is the per-input
 #: cost and not the fixed cost of a call (see docs/performance.md)
-GATE = {"n": [10], "kinds": list(KINDS), "opaques": ["distinct"], "calls": 5, "compile": False}
+GATE = {"n": [10], "kinds": list(KINDS), "opaques": ["distinct"], "calls": 5}
 #: per-call figures the gate holds to the baseline
 GATE_FIGURES = ("extra_per_input", "sub_per_call")
 
@@ -176,6 +176,8 @@ def _slow_down(units: int) -> list[int]:
     """Extra work per subclass argument per call in backport mode's
     generated forward wrapper (a deliberate regression, for the gate's
     test). Returns a one-item counter of the calls it slowed."""
+    from torch._functorch._aot_autograd.schemas import SubclassCreationMeta
+
     from torch_subclass_rt.runtime import call_wrapper
 
     original = call_wrapper.build_subclass_wrapper
@@ -183,7 +185,7 @@ def _slow_down(units: int) -> list[int]:
 
     def build(compiled_fn, inp_metas, *args, **kwargs):
         fast = original(compiled_fn, inp_metas, *args, **kwargs)
-        subclass_args = sum(1 for m in inp_metas if not isinstance(m, int))
+        subclass_args = sum(isinstance(m, SubclassCreationMeta) for m in inp_metas)
 
         def wrapper(args):
             slowed[0] += 1
@@ -222,13 +224,14 @@ def child_main(args: argparse.Namespace) -> int:
             for kind in args.kinds:
                 tag = f"{n}/{opaques}/{kind}"
                 steps = {}
-                child.instrument(args.compile)
+                compile_counted = args.compile and n in args.compile_n
+                child.instrument(compile_counted)
                 for variant in ("sub", "plain"):
                     xs = _inputs(n, opaques, variant == "sub", kind != "fwd")
                     compiled = torch.compile(_fresh_fn(kind, f"{variant}_{tag}"),
                                              backend=args.backend, fullgraph=True)
                     step = _step(kind, compiled)
-                    if args.compile:
+                    if compile_counted:
                         child.region(f"compile/{variant}/{tag}", step, xs)
                     else:
                         step(xs)
@@ -275,7 +278,7 @@ def _default_mode() -> str:
 
 
 def measure(mode: str, n: list[int], kinds: list[str], opaques: list[str], calls: int,
-            compile: bool, backend: str = "aot_eager", env: dict | None = None,
+            compile_n: list[int], backend: str = "aot_eager", env: dict | None = None,
             verbose: bool = False, keep: str | None = None) -> tuple[dict, list[dict]]:
     """Run the workload under callgrind; (child's info, one row per
     (N, opaques, kind)) with instructions per call and per first call."""
@@ -293,7 +296,8 @@ def measure(mode: str, n: list[int], kinds: list[str], opaques: list[str], calls
             "--mode", mode, "--n", ",".join(map(str, n)), "--kinds", ",".join(kinds),
             "--opaques", ",".join(opaques), "--calls", str(calls), "--backend", backend,
             "--request-fd", str(write_fd), "--ack-dir", tmp,
-        ] + ([] if compile else ["--no-compile"])
+            "--compile-n", ",".join(map(str, compile_n or [0])),
+        ] + ([] if compile_n else ["--no-compile"])
         child_env = {**os.environ, **(env or {}), "PYTHONHASHSEED": "0",
                      "PYTHONPATH": os.pathsep.join(
                          [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
@@ -340,7 +344,7 @@ def measure(mode: str, n: list[int], kinds: list[str], opaques: list[str], calls
                     "sub_per_call": sub, "plain_per_call": plain, "ratio": sub / plain,
                     "extra_per_input": (sub - plain) / size,
                 }
-                if compile:
+                if f"compile/sub/{tag}" in ir:
                     row["compile_sub"] = ir[f"compile/sub/{tag}"]
                     row["compile_plain"] = ir[f"compile/plain/{tag}"]
                     row["compile_ratio"] = row["compile_sub"] / row["compile_plain"]
@@ -367,9 +371,11 @@ def print_table(rows: list[dict]) -> None:
         line = (f"{r['torch'] + ' ' + r['mode']:<16} {r['n']:>4} {r['opaques']:<8} "
                 f"{r['kind']:<8} {_k(r['sub_per_call']):>10} {_k(r['plain_per_call']):>10} "
                 f"{r['ratio']:>6.3f} {_k(r['extra_per_input']):>11}")
-        if compile:
+        if "compile_sub" in r:
             line += (f" {_m(r['compile_sub']):>11} {_m(r['compile_plain']):>8} "
                      f"{r['compile_ratio']:>7.3f}")
+        elif compile:
+            line += f" {'-':>11} {'-':>8} {'-':>7}"
         print(line)
     print("(instructions per call, callgrind; extra/input = (sub - plain) / N)")
 
@@ -446,9 +452,12 @@ def accept(rows: list[dict], baseline: dict) -> dict:
 
 def run_gate(mode: str, accept_flag: bool, baseline_path: Path, env: dict | None = None) -> int:
     t0 = time.monotonic()
-    _, rows = measure(mode, GATE["n"], GATE["kinds"], GATE["opaques"], GATE["calls"],
-                      GATE["compile"], env=env)
+    info, rows = measure(mode, GATE["n"], GATE["kinds"], GATE["opaques"], GATE["calls"],
+                         [], env=env)
     print_table(rows)
+    if info["slowed_calls"] is not None:
+        print(f"TSRT_BENCH_SLOWDOWN: slowed {info['slowed_calls']} calls of the generated "
+              "per-call wrapper")
     baseline = json.loads(baseline_path.read_text()) if baseline_path.exists() else {}
     if accept_flag:
         baseline_path.write_text(json.dumps(accept(rows, baseline), indent=1) + "\n")
@@ -476,6 +485,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=5, help="calls per measured region")
     parser.add_argument("--no-compile", dest="compile", action="store_false",
                         help="skip the first-call (compile) figures, which run instrumented")
+    parser.add_argument("--compile-n", type=lambda s: [int(v) for v in s.split(",")],
+                        default=[1, 10],
+                        help="the N whose first call is counted (default 1,10: compiling "
+                             "N = 100 instrumented takes about 50x its 5-10 s)")
     parser.add_argument("--backend", default="aot_eager")
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--gate", action="store_true", help="check against the baseline")
@@ -503,8 +516,8 @@ def main(argv: list[str] | None = None) -> int:
         accept_flag = args.accept or os.environ.get("TSRT_BENCH_ACCEPT") == "1"
         return run_gate(mode, accept_flag, Path(args.baseline))
     t0 = time.monotonic()
-    _, rows = measure(mode, args.n, args.kinds, args.opaques, args.calls, args.compile,
-                      args.backend, verbose=True)
+    _, rows = measure(mode, args.n, args.kinds, args.opaques, args.calls,
+                      args.compile_n if args.compile else [], args.backend, verbose=True)
     print_table(rows)
     print(f"({time.monotonic() - t0:.0f} s under callgrind)")
     if args.json:
