@@ -29,7 +29,7 @@ runs before each region and not inside it (its cost lands on whichever call
 crosses its threshold), so two runs agree to well under 1 %.
 
     python benchmarks/instructions.py [--mode native|backport|forced]
-        [--n 1,10,100] [--kinds fwd,fwd+bwd] [--opaques distinct,shared]
+        [--n 1,10,100] [--kinds fwd,fwd+bwd] [--opaques distinct[,shared]]
         [--calls K] [--no-compile | --compile-n 1,10] [--json OUT]
     python benchmarks/instructions.py --gate [--accept]
 
@@ -481,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=["native", "backport", "forced"])
     parser.add_argument("--n", type=lambda s: [int(v) for v in s.split(",")], default=[1, 10, 100])
     parser.add_argument("--kinds", type=lambda s: s.split(","), default=list(KINDS))
-    parser.add_argument("--opaques", type=lambda s: s.split(","), default=["distinct", "shared"])
+    parser.add_argument("--opaques", type=lambda s: s.split(","), default=["distinct"],
+                        help="distinct (default), shared or both: one handle per input or one for all")
     parser.add_argument("--calls", type=int, default=5, help="calls per measured region")
     parser.add_argument("--no-compile", dest="compile", action="store_false",
                         help="skip the first-call (compile) figures, which run instrumented")
