@@ -1,16 +1,19 @@
 """Test matrix: one nox session per torch configuration.
 
   nox -s "tests(torch='2.10.0')"   torch 2.10.0 + install()            (backport), then
-                                   the ablation of the points only 2.10 takes and
-                                   the v2.10.0 patch series check
+                                   the ablation of the points only 2.10 takes,
+                                   the v2.10.0 patch series check and the
+                                   instruction gate (benchmarks/instructions.py)
   nox -s "tests(torch='2.11.0')"   torch 2.11.0 + install()            (backport), then
-                                   tools/ablate_points.py and the patch series check
+                                   tools/ablate_points.py, the patch series check
+                                   and the instruction gate
   nox -s "tests(torch='2.12.1')"   torch 2.12.1 + install() (native+fixes: the later
                                    upstream fixes 2.12.1 lacks), then the fix tests
                                    alone in plain native (each must show its bug)
   nox -s "tests(torch='2.13.0')"   torch 2.13.0 native, then install(force=True),
                                    then a byte-for-byte diff of the two runs' graph
-                                   dumps, then the fix and install tests in native+fixes
+                                   dumps, then the fix and install tests in native+fixes,
+                                   then the instruction gate in native
   nox -s "tests(torch='2.14.1')"   torch 2.14.1 + install() (native+fixes), with the
                                    renamed opaque API (CustomClassBase,
                                    register_custom_class) behind tsrt.OpaqueBase /
@@ -190,6 +193,16 @@ def _inductor_isa_env(session: nox.Session) -> dict[str, str]:
     return {key: value}
 
 
+def _instruction_gate(session: nox.Session, mode: str, env: dict[str, str]) -> None:
+    """benchmarks/instructions.py --gate: the per-call instructions of the
+    subclass workload (callgrind, about a minute) against the baseline
+    committed for this torch and mode, and in backport mode against native
+    2.13's. Wall clock on a shared machine cannot see a 3 % regression;
+    instruction counts can. Needs valgrind: without it the step fails
+    (saying so) rather than skip the gate."""
+    _step(session, "python", "benchmarks/instructions.py", "--gate", "--mode", mode, env=env)
+
+
 _CHECK_TORCH = (
     "import sys, torch; v = torch.__version__.split('+')[0]; "
     "sys.exit(None if v == sys.argv[1] else f'session for torch {sys.argv[1]} has torch {v}')"
@@ -224,6 +237,7 @@ def tests(session: nox.Session, torch: str) -> None:
               "-j", "2", env=env)
         # the v2.10.0 series: applies, passes in-tree, dumps equal the backport's
         _step(session, "python", "tools/verify_patches.py", "--base", "v2.10.0", env=env)
+        _instruction_gate(session, "backport", env)
     elif torch == "2.11.0":
         # verify_patches runs the series' suites in backport mode (and
         # patched, comparing dumps): not run twice here
@@ -234,6 +248,7 @@ def tests(session: nox.Session, torch: str) -> None:
         # the same change as a git-am series: applies to v2.11.0, the suite
         # passes on the patched torch without this package, dumps identical
         _step(session, "python", "tools/verify_patches.py", "--base", "v2.11.0", env=env)
+        _instruction_gate(session, "backport", env)
     elif torch in FIRST_RELEASES:
         _run_files(session, "native", FIRST_RELEASE_NATIVE, env)
         _run_files(session, "native+fixes", FIRST_RELEASE_FIXES, env)
@@ -258,6 +273,7 @@ def tests(session: nox.Session, torch: str) -> None:
             external=True,
         )
         _run_files(session, "native+fixes", [FIX_TESTS, LAZY_TESTS, "test/test_install.py"], env)
+        _instruction_gate(session, "native", env)
 
 
 #: (label, tests session whose virtualenv runs it, extra environment)

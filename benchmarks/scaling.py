@@ -198,7 +198,11 @@ def combine(runs: list[list[dict]]) -> list[dict]:
         merged = dict(zip(("config", "n", "opaques", "kind"), key))
         for field in ("sub_us", "plain_us", "compile_sub_s", "compile_plain_s",
                       "ratio", "extra_us", "compile_ratio"):
-            merged[field] = statistics.median(r[field] for r in rows)
+            values = [r[field] for r in rows]
+            merged[field] = statistics.median(values)
+            # the spread over runs goes with every wall-clock figure: on a
+            # shared machine it is often larger than the differences
+            merged[f"{field}_min"], merged[f"{field}_max"] = min(values), max(values)
         merged["runs"] = len(rows)
         out.append(merged)
     return out
@@ -206,13 +210,16 @@ def combine(runs: list[list[dict]]) -> list[dict]:
 
 def print_combined(rows: list[dict]) -> None:
     configs = sorted({r["config"] for r in rows})
-    print(HEADER + f" {'runs':>4}")
+    print(HEADER + f" {'runs':>4} {'extra us/in min-max':>20} {'c.ratio min-max':>16}")
     for r in sorted(rows, key=lambda r: (r["kind"], r["opaques"], r["n"], r["config"])):
         print(
             f"{r['config']:<16} {r['n']:>5} {r['opaques']:<8} {r['kind']:<8} {r['sub_us']:>10.1f} "
             f"{r['plain_us']:>10.1f} {r['ratio']:>6.2f} {r['extra_us']:>11.2f} "
-            f"{r['compile_sub_s']:>9.2f} {r['compile_ratio']:>7.2f} {r['runs']:>4}"
+            f"{r['compile_sub_s']:>9.2f} {r['compile_ratio']:>7.2f} {r['runs']:>4} "
+            f"{r['extra_us_min']:>9.2f}-{r['extra_us_max']:<10.2f} "
+            f"{r['compile_ratio_min']:>7.2f}-{r['compile_ratio_max']:<8.2f}"
         )
+    print("(medians over the runs; min-max: the range over the same runs)")
     if len(configs) < 2:
         return
     base = configs[-1]

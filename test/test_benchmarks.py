@@ -1,10 +1,15 @@
 """benchmarks/scaling.py runs end to end (tiny N; the figures are not checked:
-timings are not tests), and --combine merges runs into one table."""
+timings are not tests), and --combine merges runs into one table.
+
+benchmarks/instructions.py's gate (instruction counts are tests): it fails on
+a per-call wrapper slowed on purpose, and its comparison holds each figure
+to the committed baseline and the backport to native 2.13."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -17,6 +22,10 @@ MODE = harness.setup_mode()
 
 ROOT = Path(__file__).resolve().parents[1]
 SCALING = str(ROOT / "benchmarks" / "scaling.py")
+INSTRUCTIONS = str(ROOT / "benchmarks" / "instructions.py")
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import instructions  # noqa: E402  (benchmarks/, imports no torch at module level)
 
 
 @unittest.skipIf(MODE not in ("backport", "native", "forced"), f"no benchmark mode for {MODE}")
@@ -49,6 +58,7 @@ class TestScalingBenchmark(unittest.TestCase):
             Path(other).write_text(json.dumps([{**r, "config": "zz other"} for r in rows]))
             out = self.run_script("--combine", run, run, other, "--plot", plot)
             self.assertIn("ratios of each configuration to zz other", out)
+            self.assertIn("min-max: the range over the same runs", out)
             self.assertEqual(out.count("extra/in"), 4)
             try:
                 import matplotlib  # noqa: F401
@@ -78,6 +88,101 @@ class TestScalingBenchmark(unittest.TestCase):
         )
         self.assertEqual(proc.returncode, 2)
         self.assertIn("--kinds: fwd or fwd+bwd, got 'bwd'", proc.stderr)
+
+
+def _rows(config: str, baseline: dict, scale: dict[str, float]) -> list[dict]:
+    """Rows as the gate measures them, each figure the baseline's times
+    ``scale[figure]`` (default 1)."""
+    torch_v, mode = config.split()
+    entry = baseline[config]
+    rows = []
+    for key, figures in entry["figures"].items():
+        n, opaques, kind = key.split("/")
+        rows.append({
+            "torch": torch_v, "mode": mode, "python": entry["python"], "n": int(n),
+            "opaques": opaques, "kind": kind, "calls": entry["calls"],
+            **{f: v * scale.get(f, 1.0) for f, v in figures.items()},
+        })
+    return rows
+
+
+class TestInstructionGateCheck(unittest.TestCase):
+    """The gate's comparison, on figures made from the committed baseline
+    (no valgrind needed: runs in every mode)."""
+
+    def setUp(self):
+        self.baseline = json.loads(instructions.BASELINE.read_text())
+
+    def test_committed_baseline_covers_the_gated_configurations(self):
+        for config in ("2.10.0 backport", "2.11.0 backport", instructions.NATIVE_REFERENCE):
+            self.assertIn(config, self.baseline)
+            keys = {f"{n}/{o}/{k}" for n in instructions.GATE["n"]
+                    for o in instructions.GATE["opaques"] for k in instructions.GATE["kinds"]}
+            self.assertEqual(set(self.baseline[config]["figures"]), keys)
+
+    def test_baseline_figures_pass(self):
+        for config in self.baseline:
+            self.assertEqual(instructions.gate_check(_rows(config, self.baseline, {}),
+                                                     self.baseline), [], config)
+
+    def test_within_tolerance_passes(self):
+        rows = _rows("2.13.0 native", self.baseline, {"extra_per_input": 1.02, "sub_per_call": 1.02})
+        self.assertEqual(instructions.gate_check(rows, self.baseline), [])
+
+    def test_above_baseline_fails(self):
+        rows = _rows("2.13.0 native", self.baseline, {"sub_per_call": 1.04})
+        failures = instructions.gate_check(rows, self.baseline)
+        self.assertEqual(len(failures), len(rows), failures)
+        for f in failures:
+            self.assertRegex(f, r"^2\.13\.0 native \d+/\w+/fwd(\+bwd)?: sub_per_call .* is "
+                                r"1\.040x the committed baseline .*--gate --accept")
+
+    def test_backport_above_native_fails(self):
+        native = self.baseline[instructions.NATIVE_REFERENCE]["figures"]
+        rows = _rows("2.11.0 backport", self.baseline, {})
+        for row in rows:  # at its own baseline, but 5 % above native's extra per input
+            key = f"{row['n']}/{row['opaques']}/{row['kind']}"
+            row["extra_per_input"] = native[key]["extra_per_input"] * 1.05
+        baseline = json.loads(json.dumps(self.baseline))
+        baseline["2.11.0 backport"] = instructions.accept(rows, {})["2.11.0 backport"]
+        failures = instructions.gate_check(rows, baseline)
+        self.assertEqual(len(failures), len(rows), failures)
+        for f in failures:
+            self.assertRegex(f, r"extra per subclass input .* is 1\.050x native 2\.13's")
+
+    def test_no_baseline_or_other_python_fails_with_the_fix(self):
+        rows = _rows("2.13.0 native", self.baseline, {})
+        for row in rows:
+            row["torch"] = "9.9.9"
+        (failure,) = instructions.gate_check(rows, self.baseline)
+        self.assertIn("no committed baseline for 9.9.9 native", failure)
+        self.assertIn("--gate --accept", failure)
+        rows = _rows("2.13.0 native", self.baseline, {})
+        for row in rows:
+            row["python"] = "2.7.18"
+        (failure,) = instructions.gate_check(rows, self.baseline)
+        self.assertIn("taken on Python", failure)
+
+
+@unittest.skipIf(shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,
+                 "valgrind is not installed (the instruction gate's nox step needs it)")
+@unittest.skipIf(MODE != "backport",
+                 f"the slowed wrapper is backport mode's generated one; mode is {MODE}")
+class TestInstructionGateSlowedWrapper(unittest.TestCase):
+    def test_gate_fails_on_slowed_wrapper(self):
+        # two extra Python calls per subclass input per call: about 2.5 k
+        # instructions, some 9 % of the forward's extra per input at N = 10
+        # (ten calls measured 41.5 k against 28.9 k: 1.44x)
+        proc = subprocess.run(
+            [sys.executable, INSTRUCTIONS, "--gate", "--mode", MODE], capture_output=True,
+            text=True, env={**os.environ, "PYTHONPATH": str(ROOT), "TSRT_BENCH_SLOWDOWN": "2"},
+            timeout=1200,
+        )
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        self.assertRegex(proc.stdout, r"TSRT_BENCH_SLOWDOWN: slowed [1-9]\d* calls")
+        self.assertIn("instruction gate FAILED", proc.stdout)
+        self.assertRegex(proc.stdout, r"/fwd: extra_per_input .* is 1\.\d+x the committed "
+                                      r"baseline .*the per-call path got slower")
 
 
 if __name__ == "__main__":

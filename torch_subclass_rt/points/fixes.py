@@ -629,8 +629,9 @@ POINTS = [
         target="torch._functorch._aot_autograd.graph_compile:collect_fw_donated_buffer_idxs",
         build=_build_donated_buffers_skip_opaques,
         reason="the donated-buffer analysis read untyped_storage() off a saved opaque",
-        upstream_fix="torch 2.12.0's FakeTensor check in collect_fw_donated_buffer_idxs "
-        "(no upstream issue: 2.12 shipped it with opaques saved as graph inputs)",
+        upstream_fix="torch 2.12.0 donated-buffer check (a FakeTensor check in "
+        "collect_fw_donated_buffer_idxs; no upstream issue: 2.12 shipped it with opaques "
+        "saved as graph inputs)",
         series=(
             "0018 torch/_functorch/_aot_autograd/graph_compile.py::collect_fw_donated_buffer_idxs",
         ),
