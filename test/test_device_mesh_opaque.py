@@ -382,12 +382,22 @@ class TestDeviceMeshOpaque(TestCase):
     # Note [isinstance of a fake DeviceMesh]: what library code checks on
     # the fake of a mesh / process group / user opaque, as torch 2.13 answers
 
+    # The series does not carry these points yet (issue 23; tools/series_map.py
+    # NOT_YET_IN_SERIES_POINTS, and 0012 ports only the error half of the
+    # __getattribute__ point, not its __class__): a patched torch answers as
+    # torch 2.10/2.11 do. Porting them makes these pass, and the marker fail.
+    _NOT_IN_SERIES = MODE == "patched"
+
     def _fakes(self, obj):
         from torch._library.fake_class_registry import maybe_to_fake_obj
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         return [maybe_to_fake_obj(FakeTensorMode(), obj) for _ in range(2)]
 
+    @harness.expected_failure(
+        AssertionError, r"is not an instance of <class 'torch\.distributed\.device_mesh\.DeviceMesh'>",
+        "a fake DeviceMesh's __class__ is not ported into the series", when=_NOT_IN_SERIES,
+    )
     def test_fake_mesh_isinstance(self, device):
         from torch._library.fake_class_registry import FakeScriptObject
         from torch.distributed.distributed_c10d import ProcessGroup
@@ -401,6 +411,10 @@ class TestDeviceMeshOpaque(TestCase):
         mesh = _mesh("dp")
         self.assertTrue(mesh == self._fakes(mesh)[0])
 
+    @harness.expected_failure(
+        AssertionError, r"Scalars are not equal|False is not true",  # 2.11: hash; 2.10: ==
+        "fakes of one object hash alike: not ported into the series", when=_NOT_IN_SERIES,
+    )
     def test_fakes_of_one_object_equal(self, device):
         for obj, other in ((_mesh("dp"), _mesh("tp")), (Handle(1), Handle(1)), (_new_group(), _new_group())):
             fake, fake2 = self._fakes(obj)
@@ -438,6 +452,10 @@ class TestDeviceMeshOpaque(TestCase):
         self.assertTrue(copied == fake and copied == mesh)
         self.assertEqual((copied.size(), copied.mesh_dim_names), (1, ("dp",)))
 
+    @harness.expected_failure(
+        ValueError, r"Invalid tuple for group must be \(DeviceMesh, int\)",
+        "a fake DeviceMesh's __class__ is not ported into the series", when=_NOT_IN_SERIES,
+    )
     def test_fake_mesh_as_collective_group(self, device):
         # functional collectives take a mesh, or (mesh, dim), as the group
         import torch.distributed._functional_collectives as funcol
