@@ -438,6 +438,11 @@ class TestDeviceMeshOpaque(TestCase):
         tracker[fake], tracker[fake2] = 1, 2
         self.assertEqual((len(tracker), tracker[fake], tracker[fake2]), (2, 1, 2))
 
+    @harness.expected_failure(
+        AssertionError, r"False is not true",
+        "fakes of one object equal: v2.10.0 leaves 0014's FakeScriptObject.__eq__ out",
+        when=_NOT_IN_SERIES and harness.torch_major_minor() == (2, 10),
+    )
     def test_fake_mesh_deepcopy(self, device):
         # a graph module whose metadata holds a fake mesh is deep-copied;
         # the copy is a fake of an equal mesh, its members read off it
