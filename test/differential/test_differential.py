@@ -282,10 +282,10 @@ class TestTransparencyFixed(unittest.TestCase):
         _stock_vs_install(self, run)
 
     def test_inductor_freezing_with_subclass_parameters(self):
-        # Known (issue 12, bug 1), fixed on another branch: with install(),
-        # frozen subclass parameters reach the generated per-call wrapper as
-        # None. Until that lands this reports the known failure as a skip;
-        # any other difference fails.
+        # issue 12, bug 1 (fixed in b7ec23d): with install(), Inductor
+        # freezing passed None for frozen subclass parameters to our per-call
+        # wrapper, which raised "expected a TwoTensor ... got a NoneType"; the
+        # generated wrapper now hands such calls to torch's own loop.
         from torch.testing._internal.two_tensor import TwoTensor
 
         class M(torch.nn.Module):
@@ -302,10 +302,5 @@ class TestTransparencyFixed(unittest.TestCase):
                 out = torch.compile(m, backend="inductor")(_two(shape=(3, 4)))
                 return _vals(out)
 
-        try:
-            _stock_vs_install(self, run)
-        except AssertionError as e:
-            if "expected a TwoTensor (the subclass it was compiled for), got a NoneType" in str(e):
-                self.skipTest("known: frozen subclass parameters reach our wrapper as None "
-                              "(issue 12 bug 1, being fixed on another branch)")
-            raise
+        seen = _stock_vs_install(self, run)
+        self.assertEqual(seen[0], "TwoTensor")  # values, not an error
