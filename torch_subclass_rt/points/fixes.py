@@ -26,6 +26,10 @@ point below prevents; with it applied, a codegen point receives no
 FakeScriptObject in any case we could build, so no test would fail
 without it, and it is not carried. The issue's test is guarded by the
 193190 point.
+
+Three points here fix torch 2.10.0 / 2.11.0 bugs *outside* the feature that
+block parity with native 2.13 for subclasses written the way users write
+them (issue 22; see "Upstream fixes outside the feature" below).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .._torch_compat import is_value_opaque_type
 from ..patching.registry import PatchPoint
+from ..patching.source_edit import Edit, edited_function
 from ._versions import upstream_fix
 
 _MISSING = object()
@@ -378,6 +383,123 @@ _EXPORT_SERDE_POINT = dict(
 )
 
 
+# --------------------------------------------------------------------------
+# Upstream fixes outside the feature (torch 2.10.0 / 2.11.0)
+#
+# Note [Scope of the fixes outside the feature]
+#     These bugs are torch 2.10/2.11's own, not the backport's: the logging
+#     one breaks a subclass without a ``__repr__`` of its own whether or not
+#     it holds an opaque (stock 2.10/2.11 fail alike), and the donated-buffer
+#     one can only see an opaque because 2.11 saves opaques for backward.
+#     They are carried for every graph, not only for graphs with an opaque:
+#     each changes what torch does only where stock torch raises (the first
+#     formats lazily what it formatted eagerly for a log record nobody
+#     reads; the second skips what is not a tensor), native 2.12+ behave
+#     that way for all graphs, and keeping a crash for graphs without an
+#     opaque would make ``install()`` worse than the release it fixes. So
+#     ``install()`` is not transparent for them: a test that fails stock
+#     with the logging bug passes with ``install()``, which
+#     ``python -m torch_subclass_rt compare`` reports as fixed by
+#     ``install()``, apart from the tests it breaks (none).
+
+
+def _lazy_metadata_log_edits(*names: str) -> list[Edit]:
+    # "str(x)," -> "x,": the logger formats the argument only when the
+    # record is emitted, as torch 2.12 does
+    return [Edit(f"str({n}),", f"{n},") for n in names]
+
+
+def _build_lazy_fw_bw_log(original):
+    """``graph_compile._log_fw_bw_graphs`` (torch 2.10.0, 2.11.0) from
+    torch's source, with the arguments of its ``aot_graphs_log.info``
+    metadata record passed as objects instead of ``str()``-ed first.
+
+    Why: the dataclass repr of ``ViewAndMutationMeta`` prints the traced
+    tangents, fake subclass instances, with ``Tensor.__repr__`` when the
+    subclass defines no ``__repr__``; that reads tensor data and raises
+    ``GuardOnDataDependentSymNode`` (``_tensor_str.py``) while compiling
+    the backward, with the log off. Torch 2.12 passes the objects and
+    formats only an emitted record (with ``TORCH_LOGS=aot_graphs`` 2.12/2.13
+    still fail the same way; upstream PR 185632 makes the repr itself safe).
+    Note [Scope of the fixes outside the feature].
+    """
+    return edited_function(
+        original,
+        _lazy_metadata_log_edits(
+            "aot_config.aot_id",
+            "fw_metadata",
+            "_get_inner_meta(maybe_subclass_meta, fw_metadata)",
+        ),
+    )
+
+
+def _build_lazy_base_graph_log(original):
+    """``graph_capture.aot_dispatch_base_graph`` (torch 2.10.0, 2.11.0)
+    from torch's source, with its ``aot_graphs_log.debug`` metadata record's
+    arguments passed as objects instead of ``str()``-ed first, as torch 2.12
+    does: the inference-graph counterpart of :func:`_build_lazy_fw_bw_log`
+    (the subclass metadata's ``original_subclass`` is printed with
+    ``Tensor.__repr__``). Note [Scope of the fixes outside the feature].
+    """
+    return edited_function(
+        original,
+        _lazy_metadata_log_edits("aot_config.aot_id", "fw_metadata", "maybe_subclass_meta"),
+    )
+
+
+def _build_donated_buffers_skip_opaques(original):
+    @functools.wraps(original)
+    def collect_fw_donated_buffer_idxs(fw_ins, user_fw_outs, bw_outs, saved_tensors):
+        """Stands in for ``graph_compile.collect_fw_donated_buffer_idxs``
+        (torch 2.10.0, 2.11.0).
+
+        Differs: a saved value that is not a ``FakeTensor`` (an opaque's
+        FakeScriptObject) is never a donated buffer; torch 2.13 checks the
+        same. The releases read ``.untyped_storage()`` off it: the
+        FakeScriptObject has no such member, and the compile fails. The
+        saved slice it is handed can hold an opaque: the inner metadata
+        counts a mutated subclass input as one forward output while the
+        graph returns its flattened attrs, opaques included (native 2.13
+        miscounts alike, and skips the opaque by this check).
+        Note [Scope of the fixes outside the feature].
+        """
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        saved = [t if isinstance(t, FakeTensor) else None for t in saved_tensors]
+        return original(fw_ins, user_fw_outs, bw_outs, saved)
+
+    return collect_fw_donated_buffer_idxs
+
+
+_OUTSIDE_FEATURE_VERSIONS = upstream_fix("2.10.0", "2.11.0")
+_USER_TESTS = "test/test_user_written_subclasses.py::"
+_NO_REPR_TESTS = tuple(
+    f"{_USER_TESTS}TestNoReprSubclass::test_{name}"
+    for name in (
+        "train_device_mesh_aot_eager",
+        "train_device_mesh_inductor",
+        "other_dim_names_recompile",
+        "train_handle_aot_eager",
+        "train_handle_inductor",
+        "train_without_opaque_aot_eager",
+        "train_without_opaque_inductor",
+    )
+)
+_NO_REPR_INFERENCE_TESTS = tuple(
+    f"{_USER_TESTS}TestNoReprSubclass::test_{name}"
+    for name in (
+        "inference_device_mesh_aot_eager",
+        "inference_device_mesh_inductor",
+        "inference_handle_inductor",
+        "inference_without_opaque_inductor",
+    )
+)
+_DONATED_TESTS = (
+    f"{_USER_TESTS}TestDonatedBuffers::test_mutated_detached_view_of_nested_input",
+    f"{_USER_TESTS}TestDonatedBuffers::test_mutated_detached_view_one_level",
+)
+
+
 POINTS = [
     PatchPoint(
         name="fix.TensorVariable.dynamic_getattr.callable_value_opaque",
@@ -432,5 +554,40 @@ POINTS = [
         build=_build_load_opaque_constants,
         reason="torch.export.load could not read the value opaques saved by the point above",
         **_EXPORT_SERDE_POINT,
+    ),
+    PatchPoint(
+        name="fix._log_fw_bw_graphs.lazy_metadata_log",
+        target="torch._functorch._aot_autograd.graph_compile:_log_fw_bw_graphs",
+        build=_build_lazy_fw_bw_log,
+        reason="a subclass without __repr__ could not be trained under compile: the "
+        "metadata log record was formatted eagerly, printing fake tangents",
+        upstream_fix="torch 2.12's lazy log formatting (issue 152183; PR 185632)",
+        series=("0018 torch/_functorch/_aot_autograd/graph_compile.py::_log_fw_bw_graphs",),
+        guarded_by=_NO_REPR_TESTS,
+        **_OUTSIDE_FEATURE_VERSIONS,
+    ),
+    PatchPoint(
+        name="fix.aot_dispatch_base_graph.lazy_metadata_log",
+        target="torch._functorch._aot_autograd.graph_capture:aot_dispatch_base_graph",
+        build=_build_lazy_base_graph_log,
+        reason="a subclass without __repr__ could not be compiled for inference: the "
+        "metadata log record was formatted eagerly, printing fake subclasses",
+        upstream_fix="torch 2.12's lazy log formatting (issue 152183; PR 185632)",
+        series=("0018 torch/_functorch/_aot_autograd/graph_capture.py::aot_dispatch_base_graph",),
+        rebinds=("torch._functorch._aot_autograd.graph_compile",),
+        guarded_by=_NO_REPR_INFERENCE_TESTS,
+        **_OUTSIDE_FEATURE_VERSIONS,
+    ),
+    PatchPoint(
+        name="fix.collect_fw_donated_buffer_idxs.skip_opaques",
+        target="torch._functorch._aot_autograd.graph_compile:collect_fw_donated_buffer_idxs",
+        build=_build_donated_buffers_skip_opaques,
+        reason="the donated-buffer analysis read untyped_storage() off a saved opaque",
+        upstream_fix="torch 2.13's FakeTensor check in collect_fw_donated_buffer_idxs",
+        series=(
+            "0018 torch/_functorch/_aot_autograd/graph_compile.py::collect_fw_donated_buffer_idxs",
+        ),
+        guarded_by=_DONATED_TESTS,
+        **_OUTSIDE_FEATURE_VERSIONS,
     ),
 ]
