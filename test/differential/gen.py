@@ -406,8 +406,8 @@ def reproducer(case: Case, seed: Any, error: str, data_seed: int = 0, check: str
 
 class Mesh(tsrt.OpaqueBase):
     """Reference opaque with a registered member ``k`` (USE_REAL) that
-    generated dispatch may read; ``k`` follows the label, so fresh objects
-    of one sharing pattern read the same values."""
+    generated dispatch may read (and check, not compute with); ``k``
+    follows the label."""
 
     def __init__(self, label: str, k: int) -> None:
         self.label = label
@@ -605,9 +605,10 @@ def class_source(d: SubclassDef) -> str:
                 f"        if not isinstance(first.{a}, gen.{typ}):\n"
                 f"            raise TypeError(f'{a} is {{type(first.{a}).__name__}}, not {typ}')\n"
             )
+    # k is only read and checked, never used in values: a dispatch whose
+    # ops differ in more than their inner results (say, scaling fresh outputs
+    # by k) lets a view AOTAutograd regenerates differ from eager's, natively too
     scale = ""
-    if d.reads_members:
-        scale = "            if fresh and isinstance(out, torch.Tensor) and out.is_floating_point(): out = out * k\n"
     lines += [
         f"    def _tensors(self):",
         f"        return [{tensors}]",
@@ -617,7 +618,6 @@ def class_source(d: SubclassDef) -> str:
         "        kwargs = kwargs or {}",
         f"        first = next(a for a in tree_leaves((args, kwargs)) if isinstance(a, {n}))",
         member.rstrip("\n"),
-        "        fresh = not func._schema.is_mutable and all(r.alias_info is None for r in func._schema.returns)",
         "        outs = []",
         f"        for i in range({len(d.tensors)}):",
         f"            a, kw = tree_map_only({n}, lambda t: t._tensors()[min(i, len(t._tensors()) - 1)], (args, kwargs))",
@@ -666,7 +666,9 @@ def subclass_def(draw, outer_of_nested=False):
         opaques = [draw(st.sampled_from(list(OPAQUE_ATTRS)))]
     attrs = tuple(draw(st.permutations([f"t{i}" for i in range(n_t)] + opaques)))
     attrs = _t0_first_among_tensors(attrs)  # t0 sizes the wrapper
-    make = "wrapper" if outer_of_nested else draw(st.sampled_from(["wrapper", "subclass"]))
+    # _make_subclass is drawn 1 time in 5: native 2.13 refuses it (REFUSALS),
+    # so such a case checks only that the refusal is the same
+    make = "wrapper" if outer_of_nested else draw(st.sampled_from(["wrapper"] * 4 + ["subclass"]))
     ctx = draw(st.sampled_from(["none", "tuple", "dataclass", "dict", "spec"]))
     if ctx == "spec" and "mesh" not in attrs:
         ctx = "dataclass"
@@ -720,7 +722,9 @@ VIEWS_OF_INPUTS = ["{x}.view(-1)", "{x}.unsqueeze(0)", "{x}[0]", "{x}.detach()"]
 @st.composite
 def gen_cases(draw, *, inductor_share=0.05):
     d = draw(subclass_def())
-    nd = draw(subclass_def(outer_of_nested=True)) if draw(st.booleans()) else None
+    # a wrapper around _make_subclass instances is not drawn: their eager
+    # dispatch already fails (re-typing a tensor that has a Python object)
+    nd = draw(subclass_def(outer_of_nested=True)) if d.make == "wrapper" and draw(st.booleans()) else None
     specs = draw(st.lists(gen_input_spec(d, nd), min_size=1, max_size=3))
     if not any(s.kind != "plain" for s in specs):
         specs[0] = draw(gen_input_spec(d, None).filter(lambda s: s.kind != "plain"))
