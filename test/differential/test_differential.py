@@ -31,8 +31,7 @@ compiled stock and with install() in one process, everything observable
 compared (``run_case.observe``).
 
 Examples per test: ``TSRT_FUZZ_EXAMPLES`` (default 200; the matrix runs 100),
-``TSRT_FUZZ_DEF_EXAMPLES`` for the definitions arm (default 2/5 of that:
-each of its examples defines and compiles a new class);
+``TSRT_FUZZ_DEF_EXAMPLES`` for the definitions arm (default: the same);
 ``TSRT_FUZZ_SEED`` picks another deterministic sequence;
 ``TSRT_FUZZ_INDUCTOR_SHARE`` (default 0.05) the share compiled with inductor. A failure prints a
 reproducer (case, function source, replay snippet).
@@ -83,9 +82,9 @@ SEED = int(os.environ.get("TSRT_FUZZ_SEED", "0"))
 #: share of opaque-arm cases compiled with inductor (each costs a C++ build)
 INDUCTOR_SHARE = float(os.environ.get("TSRT_FUZZ_INDUCTOR_SHARE", "0.05"))
 
-#: generated-definition examples (each compiles a new class: slower than
-#: an opaque-arm example); ``TSRT_FUZZ_DEF_EXAMPLES`` overrides
-DEF_EXAMPLES = int(os.environ.get("TSRT_FUZZ_DEF_EXAMPLES", str(max(1, EXAMPLES * 2 // 5))))
+#: generated-definition examples (default: as many as the other arms);
+#: ``TSRT_FUZZ_DEF_EXAMPLES`` overrides
+DEF_EXAMPLES = int(os.environ.get("TSRT_FUZZ_DEF_EXAMPLES", str(EXAMPLES)))
 #: the share of drawn examples set aside (``reject()``: torch's own
 #: aliased-outputs refusal) above which a run fails: a suite that rejects
 #: most of what it draws checks little while looking green
