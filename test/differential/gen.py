@@ -808,6 +808,14 @@ REFUSALS = {
         r"Creating a new Tensor subclass \w+ but the raw Tensor object is already associated "
         r"to a python object of type FakeTensor",
     ),
+    # mark_dynamic on a nested input whose inner class builds its wrapper
+    # from unflatten's outer_size / outer_stride: Dynamo propagates the mark
+    # to the inner tensor and then specializes the size it hands to the
+    # inner __tensor_unflatten__ (native 2.13, even for ``x.sin()``)
+    "nested_dynamic_outer_args": (
+        "ConstraintViolationError",
+        r"You marked L\['x\d+'\]\S* as dynamic but your code specialized it to be a constant",
+    ),
 }
 
 
@@ -815,8 +823,15 @@ def expected_refusal(case: Case):
     """``REFUSALS`` entry for ``case``, or None when it must compile."""
     import re
 
-    if not case.defs or case.defs[0].make != "subclass":
+    if not case.defs:
         return None
     body = case.source.split("\n", 1)[1]
-    used = any(s.kind != "plain" and re.search(rf"\bx{i}\b", body) for i, s in enumerate(case.inputs))
-    return REFUSALS["make_subclass"] if used else None
+
+    def used(kinds):
+        return any(s.kind in kinds and re.search(rf"\bx{i}\b", body) for i, s in enumerate(case.inputs))
+
+    if case.defs[0].make == "subclass" and used(("sub", "nested")):
+        return REFUSALS["make_subclass"]
+    if case.defs[0].outer == "args" and used(("nested",)) and any(s.dynamic for s in case.inputs):
+        return REFUSALS["nested_dynamic_outer_args"]
+    return None
