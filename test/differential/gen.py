@@ -744,7 +744,14 @@ def gen_cases(draw, *, inductor_share=0.05):
     view_of_input = draw(st.integers(0, 2)) == 0
     if view_of_input:
         i = draw(st.integers(0, len(specs) - 1))
-        view = draw(st.sampled_from(VIEWS_OF_INPUTS + (["{x}.t()"] if len(shape) == 2 else [])))
+        # a transposed view of an input as an output of a class with its
+        # strides in the context: its tangent's strides differ from the
+        # guess, and AOTAutograd does not coerce the tangent of an output
+        # that aliases an input ("guessed its metadata incorrectly", native
+        # 2.13 too, __coerce_tangent_metadata__ or not): not drawn
+        ctx_strides = d.outer == "ctx" or (nd is not None and nd.outer == "ctx")
+        transposed = ["{x}.t()"] if len(shape) == 2 and not ctx_strides else []
+        view = draw(st.sampled_from(VIEWS_OF_INPUTS + transposed))
         head, ret = src.rsplit("return (", 1)
         src = head + "return (" + view.format(x=f"x{i}") + ", " + ret
     used = (d,) if nd is None or not any(s.kind == "nested" for s in specs) else (d, nd)
