@@ -747,6 +747,11 @@ def gen_cases(draw, *, inductor_share=0.05):
     shape = draw(st.sampled_from([(4,), (3, 4)]))
     attrs = {"sub": d.opaques, "nested": d.opaques}
     src = draw(program(specs, shape, opaque_attrs=attrs))
+    if d.outer == "ctx" or (nd is not None and nd.outer == "ctx"):
+        # strides in the context: a transposed output's tangent is not
+        # always coerced (see the view-of-input note below): keep outputs
+        # contiguous
+        src = src.replace(".t()", ".t().contiguous()")
     view_of_input = draw(st.integers(0, 2)) == 0
     if view_of_input:
         i = draw(st.integers(0, len(specs) - 1))
