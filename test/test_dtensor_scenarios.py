@@ -279,6 +279,15 @@ def _rank_main(rank: int, only: str | None) -> dict:
 def _worker(rank: int, port: int, results, only) -> None:
     ok = False
     try:
+        # One inductor cache per rank. Native torch 2.13 (the mesh an opaque
+        # input): a graph whose code depends on the rank (redistribute to
+        # Shard(1) slices the rank's chunk; the coordinate is read off the
+        # mesh and baked in) gets one FX-graph-cache key on every rank, so
+        # with a shared cache directory rank 1 runs rank 0's graph (half the
+        # values wrong; redistribute_s0_r_s1-inductor, warm cache).
+        base = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        if base:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{base}-rank{rank}"
         torch.set_num_threads(1)
         import torch._inductor.config as inductor_config
 

@@ -212,6 +212,34 @@ def check_case(case: gen.Case, seed: int = 0) -> None:
             raise AssertionError("third call (sharing broken) did not recompile")
 
 
+def check_refusal(case: gen.Case, seed: int = 0, refusal=None) -> None:
+    """A case native torch 2.13 refuses (``gen.REFUSALS``): eager runs, the
+    compiled call raises the same error class with the same message."""
+    import re
+
+    refusal = refusal or gen.expected_refusal(case)
+
+    torch._dynamo.reset()
+    fn = gen.compile_fn(case)
+    data = gen.make_data(case, torch.Generator().manual_seed(seed))
+    objs = gen.make_opaques(case, "1")
+    _run(fn, case, data, objs, False, case.backward)
+    compiled = torch.compile(fn, backend=case.backend, fullgraph=True)
+    cls_name, pattern = refusal
+    try:
+        inputs = gen.make_inputs(case, data, objs)
+        _mark_dynamic(case, inputs)
+        compiled(*inputs)
+    except Exception as e:
+        if type(e).__name__ != cls_name or not re.search(pattern, str(e)):
+            raise AssertionError(
+                f"expected the refusal native 2.13 gives ({cls_name}: /{pattern}/), got "
+                f"{type(e).__name__}: {str(e)[:1000]}"
+            ) from e
+        return
+    raise AssertionError(f"compiled where native 2.13 refuses ({cls_name}: /{pattern}/)")
+
+
 # --------------------------------------------------------------------------
 # transparency arm
 
