@@ -15,6 +15,7 @@ install().
 from __future__ import annotations
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch._dynamo.testing import CompileCounterWithBackend, normalize_gm
 
 import gen
@@ -39,8 +40,16 @@ def _structure(x, labels):
 
 
 def _leaves(x):
+    """The plain tensors inside ``x``: a wrapper subclass's own storage is
+    not a real one (its data pointer cannot be read), so any subclass,
+    FuzzTensor or a generated definition, is walked through its inner
+    tensors."""
     if isinstance(x, FuzzTensor):
         return [leaf for t in x.tensors() for leaf in _leaves(t)]
+    if is_traceable_wrapper_subclass(x):
+        attrs, _ = x.__tensor_flatten__()
+        inner = (getattr(x, a) for a in attrs)
+        return [leaf for t in inner if isinstance(t, torch.Tensor) for leaf in _leaves(t)]
     if isinstance(x, torch.Tensor):
         return [x.detach()]
     return []

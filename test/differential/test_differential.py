@@ -289,6 +289,17 @@ class TestTorchLimitation(unittest.TestCase):
         with self.assertRaises(RuntimeError):
             run_case._first_compiled_call(lambda: (_ for _ in ()).throw(self._err()), eager)
 
+    def test_aliased_generated_subclass_outputs_set_aside(self):
+        # a generated wrapper subclass (not FuzzTensor) has no real storage
+        # of its own: aliasing is read off its inner tensors
+        cls = gen.define(gen.SubclassDef(
+            attrs=("t0",), make="wrapper", repr=False, torch_function="disabled", ctx="none",
+            reads_members=False, outer="inner", coerce=False, checks_type=False))
+        base = cls(torch.randn(4), 3)
+        eager = {"outs": (base.view(-1), base.view(-1))}
+        with self.assertRaises(run_case.TorchLimitation):
+            run_case._first_compiled_call(lambda: (_ for _ in ()).throw(self._err()), eager)
+
     def test_other_error_with_aliasing_is_reported(self):
         base = torch.randn(4)
         eager = {"outs": (base, base.view(-1))}
