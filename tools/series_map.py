@@ -69,6 +69,7 @@ NOT_YET_IN_SERIES_POINTS: Mapping[str, str] = {
         "distributed_opaques.FakeScriptObject.__deepcopy__",
         "distributed_opaques.weak._WeakHashRef",
         "distributed_opaques.TorchInGraphFunctionVariable.call_function",
+        "tracing.wrap_key",
     )
 }
 
