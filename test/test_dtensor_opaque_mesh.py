@@ -212,6 +212,45 @@ class TestDTensorOpaqueMesh(TestCase):
         self._run(f, device, _mesh("tp"))
         self.assertEqual(self.counter.frame_count, 2)
 
+    def _aot_over_dynamo(self, device, requires_grad):
+        # AOTAutograd traces a function that calls a Dynamo-compiled one,
+        # which it keeps as an invoke_subgraph HOP: the subgraph's DTensor
+        # output is (local, mesh), and its mesh output must be its mesh
+        # input (meta["val"] set), not a constant without one (KeyError:
+        # 'example_value' in invoke_subgraph's schema on 2.11).
+        from torch._functorch.aot_autograd import aot_function
+        from torch._functorch.compilers import nop
+
+        counter = CompileCounterWithBackend("invoke_subgraph")
+        inner = torch.compile(lambda dt: dt.sin() * 2 + 1, backend=counter)
+        f = aot_function(
+            # sin(sin(.)) saves a tensor computed after the subgraph
+            # returns its mesh: the saved mesh is not the last saved value
+            lambda dt: inner(dt + 1).sin().sin().sum(),
+            fw_compiler=lambda gm, _: gm,
+            bw_compiler=nop,
+            _disable_torch_fn_metadata_mode=True,
+        )
+        local = torch.randn(4, 4, device=device, requires_grad=requires_grad)
+        x = DTensor.from_local(local, _mesh("dp"), [Shard(0)], run_check=False)
+        with torch._dynamo.config.patch(force_compile_during_fx_trace=True):
+            out = f(x)
+        self.assertEqual(counter.frame_count, 1)
+        self.assertEqual(out.full_tensor(), ((local.detach() + 1).sin() * 2 + 1).sin().sin().sum())
+        return local, out
+
+    def test_aot_over_dynamo_mesh_output(self, device):
+        self._aot_over_dynamo(device, requires_grad=False)
+
+    def test_aot_over_dynamo_mesh_output_backward(self, device):
+        # the subgraph's mesh output is saved for backward: a real opaque,
+        # stashed with the saved opaques, not checked as a tensor
+        local, out = self._aot_over_dynamo(device, requires_grad=True)
+        out.backward()
+        ref = local.detach().clone().requires_grad_(True)
+        ((ref + 1).sin() * 2 + 1).sin().sin().sum().backward()
+        self.assertEqual(local.grad, ref.grad)
+
     @unittest.skipIf(MODE != "backport", "compare's installed run uses the backport")
     def test_compare_dtensor_flag_installs_group(self, device):
         # `python -m torch_subclass_rt compare --dtensor` hands its installed

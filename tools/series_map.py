@@ -69,6 +69,9 @@ NOT_YET_IN_SERIES_POINTS: Mapping[str, str] = {
         "distributed_opaques.FakeScriptObject.__deepcopy__",
         "distributed_opaques.weak._WeakHashRef",
         "distributed_opaques.TorchInGraphFunctionVariable.call_function",
+        "tracing.wrap_key",
+        "derived_submesh._extract_fwd_bwd_modules",
+        "derived_submesh._aot_stage2a_partition",
     )
 }
 

@@ -265,6 +265,67 @@ def _build_default_partition_2_10(original):
     )
 
 
+def _build_extract_fwd_bwd_modules(original):
+    """``torch._functorch.partitioners._extract_fwd_bwd_modules`` (torch
+    2.11.0) with one edit. Differs from 2.11 as 2.13 does: a saved value
+    that is a *real* registered opaque (the mesh a Dynamo-compiled
+    subgraph returns while AOTAutograd traces over it) is a saved opaque
+    (``is_opaque_node``), stashed on ctx, not a tensor for
+    save_for_backward ("expected all tensors_saved_with_vc_check to be
+    Tensors"); 2.11 recognises only fakes. Note [install() is transparent
+    without opaques]: identical (torch's own source; without opaques no
+    saved value is a FakeScriptObject or registered opaque, and a saved
+    ScriptObject, which 2.11 rejects as a non-tensor, is set aside as
+    2.13 sets it aside)."""
+    return edited_function(
+        original,
+        [
+            Edit(
+                """
+                if isinstance(node.meta.get("val"), FakeScriptObject):
+                    saved_opaque_objects.append(node)
+                """,
+                """
+                if __tsrt__.is_opaque_node(node):
+                    saved_opaque_objects.append(node)
+                """,
+            ),
+        ],
+    )
+
+
+def _build_aot_stage2a_partition(original):
+    """``torch._functorch._aot_autograd.graph_compile._aot_stage2a_partition``
+    (torch 2.11.0) with one edit. Differs from 2.11 as 2.13 does: a real
+    registered opaque saved for backward counts in
+    ``num_opaque_objects_saved_for_bw`` (``is_opaque_node``), as the
+    partition edit above sets it aside with the fakes. Note [install() is
+    transparent without opaques]: identical (torch's own source; the edited
+    branch is reached only by a node whose value is not a FakeTensor)."""
+    return edited_function(
+        original,
+        [
+            Edit(
+                """
+                    elif isinstance(node.meta["val"], FakeScriptObject):
+                        opaque_outs_saved_for_bw.append(node)
+                """,
+                """
+                    elif __tsrt__.is_opaque_node(node):
+                        opaque_outs_saved_for_bw.append(node)
+                """,
+            ),
+        ],
+    )
+
+
+_NOT_YET_IN_SERIES = (
+    "issue 23: not yet ported into patches/v2.11.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)"
+)
+_REAL_OPAQUE_SAVED_TEST = (
+    "test/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_aot_over_dynamo_mesh_output_backward_cpu"
+)
+
 _DEFAULT_PARTITION = dict(
     name="derived_submesh.default_partition",
     target="torch._functorch.partitioners:default_partition",
@@ -324,5 +385,23 @@ POINTS = [
             "test/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dispatch",
         ),
         **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="derived_submesh._extract_fwd_bwd_modules",
+        target="torch._functorch.partitioners:_extract_fwd_bwd_modules",
+        build=_build_extract_fwd_bwd_modules,
+        reason="a real opaque saved for backward went to save_for_backward with the tensors (2.13: is_opaque_node)",
+        series_none=_NOT_YET_IN_SERIES,
+        guarded_by=(_REAL_OPAQUE_SAVED_TEST,),
+        **ONLY_2_11,
+    ),
+    PatchPoint(
+        name="derived_submesh._aot_stage2a_partition",
+        target="torch._functorch._aot_autograd.graph_compile:_aot_stage2a_partition",
+        build=_build_aot_stage2a_partition,
+        reason="a real opaque saved for backward was not counted as a saved opaque (2.13: is_opaque_node)",
+        series_none=_NOT_YET_IN_SERIES,
+        guarded_by=(_REAL_OPAQUE_SAVED_TEST,),
+        **ONLY_2_11,
     ),
 ]

@@ -18,7 +18,7 @@ from typing import Any
 
 from .._torch_compat import is_registered_opaque_type
 from ..patching.registry import PatchPoint
-from ._versions import ONLY_BACKPORT
+from ._versions import ONLY_2_11, ONLY_BACKPORT
 
 _NO_REAL_OBJ = object()
 #: tracer attribute holding id(real opaque) -> first proxy registered for it.
@@ -86,6 +86,40 @@ def _wrap_get_proxy_slot(original):
         return original(obj, tracer, default, transform)
 
     return get_proxy_slot
+
+
+def _wrap_wrap_key(original):
+    """build(): wraps ``torch.fx.experimental.proxy_tensor.wrap_key``
+    (torch 2.11.0). Differs from 2.11 as 2.13 does: a real (not fake)
+    reference-type opaque the traced function returns, such as the
+    DeviceMesh of a DTensor output while AOTAutograd traces over a graph
+    Dynamo compiled, is answered with its tracked proxy (a graph input)
+    instead of being baked in as a ``get_attr`` constant without
+    ``meta["val"]``; 2.11 maps only tensors, ScriptObjects and fakes.
+    Note [install() is transparent without opaques]: delegation (only
+    outputs that are registered reference opaques are looked up)."""
+    from torch.fx.experimental.proxy_tensor import get_proxy_slot
+    from torch.utils import _pytree as pytree
+
+    from .._torch_compat import is_reference_opaque_type
+
+    @functools.wraps(original)
+    def wrap_key(f, tensors, tracer, pre_dispatch):
+        wrapped = original(f, tensors, tracer, pre_dispatch)
+
+        def is_real_reference_opaque(x):
+            return is_reference_opaque_type(type(x))
+
+        @functools.wraps(wrapped)
+        def with_opaque_outputs(*proxies, **kwargs):
+            out = wrapped(*proxies, **kwargs)
+            return pytree.tree_map_only(
+                is_real_reference_opaque, lambda t: get_proxy_slot(t, tracer, t), out
+            )
+
+        return with_opaque_outputs
+
+    return wrap_key
 
 
 def _fake_script_object_init(original):
@@ -175,5 +209,16 @@ POINTS = [
             "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU::test_tangent_primal_proxy_collision_for_opaque_inner_attr_cpu",
         ),
         **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="tracing.wrap_key",
+        target="torch.fx.experimental.proxy_tensor:wrap_key",
+        build=_wrap_wrap_key,
+        reason="a traced function's real opaque output is its graph input, not a constant (2.13)",
+        series_none="issue 23: not yet ported into patches/v2.11.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)",
+        guarded_by=(
+            "test/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_aot_over_dynamo_mesh_output_cpu",
+        ),
+        **ONLY_2_11,
     ),
 ]
