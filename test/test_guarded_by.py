@@ -44,6 +44,16 @@ def _members(cls: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> set[str]:
 def problem_of(node_id: str) -> str | None:
     """Why a ``guarded_by`` node id names no test, or None."""
     parts = node_id.split("::")
+    if len(parts) == 2 and "[" in parts[1]:
+        # a parametrized module-level pytest function: file::func[ids]
+        file, func = parts[0], parts[1].split("[", 1)[0]
+        path = ROOT / file
+        if not path.is_file():
+            return f"no file {file}"
+        tree = ast.parse(path.read_text(), filename=str(path))
+        if not any(isinstance(n, ast.FunctionDef) and n.name == func for n in tree.body):
+            return f"no function {func} in {file}"
+        return None
     if len(parts) != 3:
         return "not 'test/<file>.py::<Class>::<method>'"
     file, cls_name, method = parts
@@ -90,6 +100,8 @@ class TestGuardedBy(unittest.TestCase):
         self.assertIn("no class", problem_of(f"{me}::TestNope::test_x"))
         self.assertIn("has no test_gone", problem_of(f"{me}::TestGuardedBy::test_gone"))
         self.assertIn("not 'test/", problem_of(f"{me}::test_every_guarded_by_test_exists"))
+        self.assertIsNone(problem_of("test/test_dtensor_scenarios.py::test_scenario[mm-aot_eager]"))
+        self.assertIn("no function test_gone", problem_of(f"{me}::test_gone[x]"))
 
     def test_device_variants(self):
         f = "test/test_opaque_subclass_parity.py"
