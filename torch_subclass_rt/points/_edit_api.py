@@ -22,6 +22,7 @@ from ._fake_opaque_attrs import attach, describe_flatten_attrs, opaque_attrs_of
 from .derived_submesh import is_opaque_node
 from .distributed_opaques import treat_as_opaque
 from .dtensor import flatten_ctx_ok
+from .lazy_members import _check_members_exist as check_registered_members_exist
 from .opaque_members import opaque_type_info, set_registered_members
 from .torch_2_11_base import (
     is_fake_opaque,
@@ -56,4 +57,6 @@ __all__ = [
     # opaque_members (torch 2.10): register_opaque_type, maybe_to_fake_obj
     "opaque_type_info",
     "set_registered_members",
+    # lazy_members (torch 2.10): maybe_to_fake_obj, members read when read
+    "check_registered_members_exist",
 ]

@@ -84,8 +84,9 @@ def _build_maybe_to_fake_obj(original):
     """``torch._library.fake_class_registry.maybe_to_fake_obj`` (torch
     2.10.0) with one edit. Differs from 2.10, as 2.11: the fake of an opaque
     keeps the caller's object as ``real_obj`` instead of ``None``, and
-    carries the members its registration lists, read off that object
-    (``opaque_members.py``). Note [install() is transparent without
+    refuses a registered member the object lacks; the members themselves
+    are read off that object when first read (``FakeScriptObject.__getattr__``
+    of ``lazy_members.py``, PR 193452; 2.11 reads every one here). Note [install() is transparent without
     opaques]: identical (the edited line is the opaque branch; ``x is None``
     still gives ``None``)."""
     return edited_function(
@@ -96,7 +97,7 @@ def _build_maybe_to_fake_obj(original):
                 """
                 fake_x_wrapped = FakeScriptObject(FakeOpaqueObject(), type_name, x)
                 if x is not None:
-                    __tsrt__.set_registered_members(fake_x_wrapped, x)
+                    __tsrt__.check_registered_members_exist(x)
                 """,
             )
         ],
@@ -375,6 +376,9 @@ POINTS = [
         reason="the fake of a reference opaque had no real_obj (None)",
         series=(
             "0000 torch/_library/fake_class_registry.py::maybe_to_fake_obj",
+            # on 2.10 this edit is also lazy_members' maybe_to_fake_obj
+            "0020 torch/_library/fake_class_registry.py::maybe_to_fake_obj",
+            "0020 torch/_library/fake_class_registry.py::_check_registered_members_exist",
         ),
         guarded_by=(
             _BACKWARD_TEST,
