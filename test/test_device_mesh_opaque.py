@@ -460,6 +460,15 @@ class TestDeviceMeshOpaque(TestCase):
 
         mesh = _mesh("dp")
         fake, _ = self._fakes(mesh)
+        # a member read while tracing stays on the fake (members are read
+        # when read, PR 193452): the mesh's ProcessGroups must not be copied.
+        # Not on a patched torch: the series does not carry __deepcopy__ yet
+        # (issue 23; the manifest lists this case as not yet ported)
+        if not self._NOT_IN_SERIES:
+            try:
+                fake._pg_registry
+            except AttributeError:  # torch 2.10's DeviceMesh has no such member
+                pass
         copied = copy.deepcopy({"val": fake})["val"]
         self.assertIs(type(copied), FakeScriptObject)
         self.assertTrue(copied == fake and copied == mesh)
