@@ -32,7 +32,7 @@ import inspect
 import types
 from typing import Any
 
-from .._torch_compat import BACKPORT_VERSIONS, FIXES_VERSIONS
+from .._torch_compat import BACKPORT_VERSIONS, FIXES_VERSIONS, is_registered_opaque_type
 from ..patching.registry import PatchPoint
 from ._versions import upstream_fix
 
@@ -42,7 +42,7 @@ _FAKE_OWN = frozenset({"wrapped_obj", "script_class_name", "real_obj"})
 def _member_kind(real: Any, name: str) -> Any:
     from torch._library import opaque_object as oo
 
-    if real is None or not oo.is_opaque_type(type(real)):
+    if real is None or not is_registered_opaque_type(type(real)):
         return None
     return oo.get_member_type(type(real), name)
 
@@ -102,7 +102,7 @@ def _build_maybe_to_fake_obj(original):
         from torch._library import fake_class_registry as fcr
         from torch._library import opaque_object as oo
 
-        if not oo.is_opaque_type(type(x)) or x is None or fcr.tracing_with_real(x):
+        if not is_registered_opaque_type(type(x)) or x is None or fcr.tracing_with_real(x):
             return original(fake_mode, x)
         _check_members_exist(x)
         return fcr.FakeScriptObject(oo.FakeOpaqueObject(), oo.get_opaque_type_name(type(x)), x)
