@@ -114,9 +114,9 @@ class TestOpaqueBaseOn210(TestCase):
         with FakeTensorMode() as mode:
             fake = maybe_to_fake_obj(mode, obj)
         # install() gave 2.10's maybe_to_fake_obj 2.11's real_obj
-        # (torch_2_11_base.maybe_to_fake_obj); without it the fake is of
+        # (library.maybe_to_fake_obj); without it the fake is of
         # nothing. The fake carries the registered member, read off obj
-        # when it is first read (PR 193452, points/lazy_members.py).
+        # when it is first read (PR 193452, points/_lazy_members.py).
         self.assertTrue(compat.is_opaque_attr(fake))
         self.assertEqual(fake.start, 7)
 

@@ -33,9 +33,9 @@ Usage (from the repository root, in the environment of the torch to check)::
 
     python tools/ablate_points.py                       # mode from TSRT_MODE / torch
     python tools/ablate_points.py --mode forced -j 2
-    python tools/ablate_points.py --point functional.is_fun
-    python tools/ablate_points.py --group functional    # all "functional.*" at once
-    python tools/ablate_points.py --discover test/test_opaque_subclass_attrs.py --point fake.is_fake
+    python tools/ablate_points.py --point aot_autograd.is_fun
+    python tools/ablate_points.py --group library       # all "library.*" at once
+    python tools/ablate_points.py --discover test/test_opaque_subclass_attrs.py --point fake_tensors.is_fake
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def select_units(
     """What to ablate: (point names left out together, tests they name).
 
     No names and no groups: every point on its own. ``groups`` are name
-    prefixes ("functional" selects every "functional.*" point), ablated as
+    prefixes ("library" selects every "library.*" point), ablated as
     one unit whose tests are the union of its points' tests.
     """
     by_name = {p.name: p for p in points}

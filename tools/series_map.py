@@ -65,13 +65,13 @@ NOT_YET_IN_SERIES_GROUPS: Mapping[str, str] = {}
 NOT_YET_IN_SERIES_POINTS: Mapping[str, str] = {
     name: "issue 23: fakes of DeviceMesh / ProcessGroup / user opaques as on torch 2.13"
     for name in (
-        "distributed_opaques.FakeScriptObject.__hash__",
-        "distributed_opaques.FakeScriptObject.__deepcopy__",
-        "distributed_opaques.weak._WeakHashRef",
-        "distributed_opaques.TorchInGraphFunctionVariable.call_function",
-        "tracing.wrap_key",
-        "derived_submesh._extract_fwd_bwd_modules",
-        "derived_submesh._aot_stage2a_partition",
+        "library.FakeScriptObject.__hash__",
+        "library.FakeScriptObject.__deepcopy__",
+        "utils.weak._WeakHashRef",
+        "dynamo.TorchInGraphFunctionVariable.call_function",
+        "fx.wrap_key",
+        "partitioners._extract_fwd_bwd_modules",
+        "aot_autograd._aot_stage2a_partition",
     )
 }
 

@@ -20,16 +20,112 @@ from __future__ import annotations
 
 from ..patching.registry import PatchPoint
 from ..runtime import call_wrapper, flatten, grad_codegen, meta, tangents, wrap
-from ._versions import ONLY_BACKPORT, ONLY_FORCED, RUNTIME
+from ._versions import ONLY_2_10, ONLY_BACKPORT, ONLY_FORCED, RUNTIME, upstream_fix, per_release
+from . import _derived_submesh, _functional, _parametrize, _torch_2_11_base, _upstream_fixes
 
 
 def _ours(obj):
     return lambda _original: obj
 
 
+def _neutral(
+    name: str,
+    neutral: object,
+    reason: str,
+    rebinds: tuple[str, ...],
+    guarded_by: tuple[str, ...],
+) -> PatchPoint:
+    return PatchPoint(
+        name=f"aot_autograd.{name}",
+        target=f"torch._functorch._aot_autograd.functional_utils:{name}",
+        build=_functional._answer_for_opaques(neutral),
+        reason=reason,
+        rebinds=rebinds,
+        guarded_by=guarded_by,
+        series=(f"0001 torch/_functorch/_aot_autograd/functional_utils.py::{name}",),
+        **ONLY_BACKPORT,
+    )
+
+
 POINTS = [
+    *per_release(
+        name="aot_autograd._aot_stage2a_partition",
+        target="torch._functorch._aot_autograd.graph_compile:_aot_stage2a_partition",
+        v2_11=dict(
+            build=_derived_submesh._build_aot_stage2a_partition,
+            reason="a real opaque saved for backward was not counted as a saved opaque (2.13: is_opaque_node)",
+            series_none=_derived_submesh._NOT_YET_IN_SERIES,
+            guarded_by=(_derived_submesh._REAL_OPAQUE_SAVED_TEST,),
+        ),
+        # what 2.11 has (patch 0000), with the 2.11 edit's opaque case
+        v2_10=dict(
+            build=_torch_2_11_base._build_aot_stage2a_partition,
+            reason="the count of opaques saved for backward was not recorded",
+            series=("0000 torch/_functorch/_aot_autograd/graph_compile.py::_aot_stage2a_partition",),
+            guarded_by=(_torch_2_11_base._BACKWARD_TEST,),
+        ),
+    ),
     PatchPoint(
-        name="aot.OpaqueMeta",
+        name="aot_autograd.ViewAndMutationMeta.num_opaque_objects_saved_for_bw",
+        target=f"{_torch_2_11_base._SCHEMAS}:ViewAndMutationMeta.num_opaque_objects_saved_for_bw",
+        # a class-level default; _aot_stage2a_partition sets the instance's
+        build=lambda _: None,
+        new_attribute=True,
+        reason="no field for the count of opaques saved for backward",
+        series=(
+            "0000 torch/_functorch/_aot_autograd/schemas.py::ViewAndMutationMeta",
+        ),
+        # an AOTAutogradCache entry stock torch saved has no such field; the
+        # class default makes it read as "no opaque saved" under install()
+        guarded_by=(
+            _torch_2_11_base._BACKWARD_TEST,
+            "test/test_cache_across_modes.py::TestCacheAcrossInstall"
+            "::test_stock_entry_loaded_with_install",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="aot_autograd.ViewAndMutationMeta.tensors_saved_for_backwards_slice",
+        target=f"{_torch_2_11_base._SCHEMAS}:ViewAndMutationMeta.tensors_saved_for_backwards_slice",
+        build=_torch_2_11_base._build_tensors_saved_slice,
+        reason="the saved-tensor slice took the saved opaques as tensors",
+        series=(
+            "0000 torch/_functorch/_aot_autograd/schemas.py::ViewAndMutationMeta.tensors_saved_for_backwards_slice",
+        ),
+        guarded_by=(_torch_2_11_base._BACKWARD_TEST,),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="aot_autograd.ViewAndMutationMeta.opaque_objects_saved_for_backwards_slice",
+        target=f"{_torch_2_11_base._SCHEMAS}:ViewAndMutationMeta.opaque_objects_saved_for_backwards_slice",
+        build=_torch_2_11_base._build_opaques_saved_slice,
+        new_attribute=True,
+        reason="no slice for the saved opaques",
+        series=(
+            "0000 torch/_functorch/_aot_autograd/schemas.py::ViewAndMutationMeta.opaque_objects_saved_for_backwards_slice",
+        ),
+        guarded_by=(_torch_2_11_base._BACKWARD_TEST,),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="aot_autograd.AOTDispatchAutograd.post_compile",
+        target="torch._functorch._aot_autograd.runtime_wrappers:AOTDispatchAutograd.post_compile",
+        build=_torch_2_11_base._build_autograd_post_compile,
+        reason="saved opaques were not kept on the ctx for the backward",
+        series=(
+            "0000 torch/_functorch/_aot_autograd/runtime_wrappers.py::AOTDispatchAutograd.post_compile",
+            "0001 torch/_functorch/_aot_autograd/runtime_wrappers.py::AOTDispatchAutograd.post_compile",
+            "0001 torch/_functorch/_aot_autograd/runtime_wrappers.py::_compiled_autograd_opaque_error",
+        ),
+        guarded_by=(
+            _torch_2_11_base._BACKWARD_TEST,
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU"
+            "::test_tensor_subclass_opaque_backward_compiled_autograd_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="aot_autograd.OpaqueMeta",
         target="torch._functorch._aot_autograd.schemas:OpaqueMeta",
         build=_ours(meta.OpaqueMeta),
         reason="marker for an opaque slot in SubclassCreationMeta.attrs (new in 2.12)",
@@ -41,7 +137,7 @@ POINTS = [
         **ONLY_BACKPORT,
     ),
     PatchPoint(
-        name="aot.OpaqueMeta.reexport",
+        name="aot_autograd.OpaqueMeta.reexport",
         target="torch._functorch.aot_autograd:OpaqueMeta",
         build=_ours(meta.OpaqueMeta),
         reason="2.12 re-exports OpaqueMeta from torch._functorch.aot_autograd",
@@ -51,7 +147,7 @@ POINTS = [
         **ONLY_BACKPORT,
     ),
     PatchPoint(
-        name="aot.SubclassCreationMeta.creation_fn",
+        name="aot_autograd.SubclassCreationMeta.creation_fn",
         target="torch._functorch._aot_autograd.schemas:SubclassCreationMeta.creation_fn",
         build=_ours(wrap.creation_fn),
         reason="rebuild subclasses with the opaque found in the flat args",
@@ -69,7 +165,7 @@ POINTS = [
         **RUNTIME,
     ),
     PatchPoint(
-        name="aot.create_subclass_metadata",
+        name="aot_autograd.create_subclass_metadata",
         target="torch._functorch._aot_autograd.subclass_utils:create_subclass_metadata",
         build=_ours(flatten.create_subclass_metadata),
         reason="OpaqueMeta for reference opaques; clear errors for anything else",
@@ -86,7 +182,7 @@ POINTS = [
         **RUNTIME,
     ),
     PatchPoint(
-        name="aot.unwrap_tensor_subclasses",
+        name="aot_autograd.unwrap_tensor_subclasses",
         target="torch._functorch._aot_autograd.subclass_utils:unwrap_tensor_subclasses",
         build=_ours(flatten.unwrap_tensor_subclasses),
         reason="opaques must enter the trace as FakeScriptObjects (graph inputs), "
@@ -103,7 +199,7 @@ POINTS = [
         **RUNTIME,
     ),
     PatchPoint(
-        name="aot.AOTDispatchSubclassWrapper.post_compile",
+        name="aot_autograd.AOTDispatchSubclassWrapper.post_compile",
         target="torch._functorch._aot_autograd.runtime_wrappers"
         ":AOTDispatchSubclassWrapper.post_compile",
         build=call_wrapper.post_compile,
@@ -117,7 +213,7 @@ POINTS = [
         **ONLY_BACKPORT,
     ),
     PatchPoint(
-        name="aot.process_runtime_tangent",
+        name="aot_autograd.process_runtime_tangent",
         target="torch._functorch._aot_autograd.runtime_wrappers"
         ":AOTDispatchAutograd.process_runtime_tangent",
         build=tangents.build,
@@ -131,7 +227,7 @@ POINTS = [
         **ONLY_FORCED,
     ),
     PatchPoint(
-        name="aot._backward_epilogue_functional",
+        name="aot_autograd._backward_epilogue_functional",
         target="torch._functorch._aot_autograd.runtime_wrappers:_backward_epilogue_functional",
         build=grad_codegen.backward_epilogue,
         reason="grad subclass rebuild generated once per compiled backward "
@@ -144,5 +240,143 @@ POINTS = [
             "test/test_grad_codegen.py::TestGeneratedGradWrapperCompiled::test_dynamic_two_dim",
         ),
         **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="aot_autograd.sc_visit",
+        target="torch._functorch._aot_autograd.graph_capture_wrappers:sc_visit",
+        build=lambda _original: _functional.sc_visit,
+        reason="mutation counters of a mutated subclass input read .elem of an opaque",
+        guarded_by=(
+            "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
+            "::test_inplace_mutation_of_subclass_input_with_grad_cpu",
+        ),
+        series=("0007 torch/_functorch/_aot_autograd/graph_capture_wrappers.py::sc_visit",),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="aot_autograd.is_fun",
+        target="torch._functorch._aot_autograd.functional_utils:is_fun",
+        build=_functional._build_is_fun,
+        reason="'mixed functional/non-functional inner tensors' on opaque attrs",
+        rebinds=(
+            "torch._functorch.aot_autograd",
+            "torch._functorch._aot_autograd.graph_capture_wrappers",
+        ),
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+        ),
+        series=("0001 torch/_functorch/_aot_autograd/functional_utils.py::is_fun",),
+        **ONLY_BACKPORT,
+    ),
+    _neutral(
+        "sync_functional_tensor",
+        None,
+        "torch._sync() rejects an opaque (joint graph inner_fn)",
+        (
+            "torch._functorch.aot_autograd",
+            "torch._functorch._aot_autograd.graph_capture_wrappers",
+        ),
+        ("test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::"
+         "test_tensor_subclass_with_opaque_attr_backward_cpu",),
+    ),
+    _neutral(
+        "are_all_mutations_under_no_grad_or_inference_mode",
+        True,
+        "2.11 asserts a FunctionalTensor (input mutated under no_grad)",
+        (
+            "torch._functorch.aot_autograd",
+            "torch._functorch._aot_autograd.collect_metadata_analysis",
+            "torch._functorch._aot_autograd.graph_capture_wrappers",
+        ),
+        ("test/test_point_guards.py::TestPointGuards::test_input_mutation_under_no_grad",),
+    ),
+    PatchPoint(
+        name="aot_autograd.UnwrapTensorSubclass.forward",
+        target="torch._functorch._aot_autograd.subclass_parametrization"
+        ":UnwrapTensorSubclass.forward",
+        series=(
+            "0004 torch/_functorch/_aot_autograd/subclass_parametrization.py"
+            "::UnwrapTensorSubclass.forward",
+        ),
+        build=_parametrize._build_forward,
+        reason="rebuild the subclass with its opaque attrs from the flat originals",
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_subclass_parametrization_with_opaque_attrs_cpu",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="aot_autograd.UnwrapTensorSubclass.right_inverse",
+        target="torch._functorch._aot_autograd.subclass_parametrization"
+        ":UnwrapTensorSubclass.right_inverse",
+        series=(
+            "0004 torch/_functorch/_aot_autograd/subclass_parametrization.py"
+            "::UnwrapTensorSubclass.right_inverse",
+        ),
+        build=_parametrize._build_right_inverse,
+        reason="OpaqueMeta for opaque attrs; the object is one flat original",
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_subclass_parametrization_with_opaque_attrs_cpu",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="aot_autograd.unwrap_tensor_subclasses.value_opaque_output",
+        target="torch._functorch._aot_autograd.subclass_utils:unwrap_tensor_subclasses",
+        build=_upstream_fixes._build_value_opaque_outputs_stay_constants,
+        reason="a value opaque output next to a subclass output became a FakeScriptObject "
+        "constant (None after an FX-graph-cache hit)",
+        upstream_fix="PR 193190",
+        series_none="torch 2.11 with the backport (or the series) does not have this bug "
+        "(test/test_upstream_fixes.py: broken on 2.12.x, 2.13.0, 2.14.x), so the point "
+        "does not apply to 2.11.0 and the v2.11.0 series does not carry the fix",
+        rebinds=(
+            "torch._functorch.aot_autograd",
+            "torch._functorch._aot_autograd.graph_capture_wrappers",
+        ),
+        guarded_by=(
+            "test/test_upstream_fixes.py::TestUpstreamFixes::test_opaque_constant_with_subclass_output_cache_hit",
+            "test/test_upstream_fixes.py::TestUpstreamFixes::test_value_type_graph_output_subclass_metadata_side_effect",
+        ),
+        **upstream_fix("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
+    ),
+    PatchPoint(
+        name="aot_autograd._log_fw_bw_graphs.lazy_metadata_log",
+        target="torch._functorch._aot_autograd.graph_compile:_log_fw_bw_graphs",
+        build=_upstream_fixes._build_lazy_fw_bw_log,
+        reason="a subclass without __repr__ could not be trained under compile: the "
+        "metadata log record was formatted eagerly, printing fake tangents",
+        upstream_fix="issue 152183 (torch 2.12.0 formats the record lazily; PR 185632 "
+        "later makes the repr itself subclass-safe)",
+        series=("0018 torch/_functorch/_aot_autograd/graph_compile.py::_log_fw_bw_graphs",),
+        guarded_by=_upstream_fixes._NO_REPR_TESTS,
+        **_upstream_fixes._OUTSIDE_FEATURE_VERSIONS,
+    ),
+    PatchPoint(
+        name="aot_autograd.aot_dispatch_base_graph.lazy_metadata_log",
+        target="torch._functorch._aot_autograd.graph_capture:aot_dispatch_base_graph",
+        build=_upstream_fixes._build_lazy_base_graph_log,
+        reason="a subclass without __repr__ could not be compiled for inference: the "
+        "metadata log record was formatted eagerly, printing fake subclasses",
+        upstream_fix="issue 152183 (torch 2.12.0 formats the record lazily; PR 185632 "
+        "later makes the repr itself subclass-safe)",
+        series=("0018 torch/_functorch/_aot_autograd/graph_capture.py::aot_dispatch_base_graph",),
+        rebinds=("torch._functorch._aot_autograd.graph_compile",),
+        guarded_by=_upstream_fixes._NO_REPR_INFERENCE_TESTS,
+        **_upstream_fixes._OUTSIDE_FEATURE_VERSIONS,
+    ),
+    PatchPoint(
+        name="aot_autograd.collect_fw_donated_buffer_idxs.skip_opaques",
+        target="torch._functorch._aot_autograd.graph_compile:collect_fw_donated_buffer_idxs",
+        build=_upstream_fixes._build_donated_buffers_skip_opaques,
+        reason="the donated-buffer analysis read untyped_storage() off a saved opaque",
+        upstream_fix="torch 2.12.0 donated-buffer check (a FakeTensor check in "
+        "collect_fw_donated_buffer_idxs; no upstream issue: 2.12 shipped it with opaques "
+        "saved as graph inputs)",
+        series=(
+            "0018 torch/_functorch/_aot_autograd/graph_compile.py::collect_fw_donated_buffer_idxs",
+        ),
+        guarded_by=_upstream_fixes._DONATED_TESTS,
+        **_upstream_fixes._OUTSIDE_FEATURE_VERSIONS,
     ),
 ]

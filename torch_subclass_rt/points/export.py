@@ -17,6 +17,7 @@ import functools
 from .._torch_compat import is_opaque_attr
 from ..patching.registry import PatchPoint
 from ._versions import ONLY_BACKPORT
+from . import _upstream_fixes
 
 class _OpaqueAttr:
     """Stands in for the context of an opaque attr until the parent strips it."""
@@ -70,5 +71,27 @@ POINTS = [
             "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_export_non_strict_with_opaque_attrs_cpu",
         ),
         **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="export.GraphModuleSerializer.serialize_input.opaque_constant",
+        target="torch._export.serde.serialize:GraphModuleSerializer.serialize_input",
+        build=_upstream_fixes._build_serialize_opaque_constant_input,
+        reason="a value opaque passed to a graph node could not be serialized (2.12.x) "
+        "or was left out of the saved archive (2.13.0, 2.14.x)",
+        **_upstream_fixes._EXPORT_SERDE_POINT,
+    ),
+    PatchPoint(
+        name="export._package_exported_programs.opaque_constant",
+        target="torch.export.pt2_archive._package:_package_exported_programs",
+        build=_upstream_fixes._build_package_opaque_constants,
+        reason="torch.export.save dropped the value opaques a graph passes to its nodes",
+        **_upstream_fixes._EXPORT_SERDE_POINT,
+    ),
+    PatchPoint(
+        name="export._load_exported_programs.opaque_constant",
+        target="torch.export.pt2_archive._package:_load_exported_programs",
+        build=_upstream_fixes._build_load_opaque_constants,
+        reason="torch.export.load could not read the value opaques saved by the point above",
+        **_upstream_fixes._EXPORT_SERDE_POINT,
     ),
 ]

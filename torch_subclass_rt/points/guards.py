@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._versions import ONLY_BACKPORT
+from ._versions import ONLY_2_10, ONLY_BACKPORT
+from . import _opaque_members
 
 
 def _build_produce_guards_verbose(original):
@@ -78,6 +79,16 @@ def _build_guards_state_reducer_override(original):
 
 POINTS = [
     PatchPoint(
+        name="guards.GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH",
+        target="torch._dynamo.guards:GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH",
+        build=lambda _original: _opaque_members.OPAQUE_OBJ_GUARD_FN_MATCH,
+        new_attribute=True,
+        reason="guard a reference opaque on its guard_fn values (torch 2.11)",
+        series=("0000 torch/_dynamo/guards.py::GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH",),
+        guarded_by=(f"{_opaque_members._MEMBERS_TEST}::test_other_dim_names_recompile_cpu",),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
         name="guards.GuardsStatePickler.reducer_override",
         target="torch._dynamo.guards:GuardsStatePickler.reducer_override",
         build=_build_guards_state_reducer_override,
@@ -91,17 +102,6 @@ POINTS = [
         guarded_by=(
             "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
             "::test_guard_pickle_subclass_with_opaque_inner_attr_cpu",
-        ),
-        **ONLY_BACKPORT,
-    ),
-    PatchPoint(
-        name="guards.ShapeEnv.produce_guards_verbose",
-        target="torch.fx.experimental.symbolic_shapes:ShapeEnv.produce_guards_verbose",
-        build=_build_produce_guards_verbose,
-        reason="KeyError on context.inner_contexts[attr] for an opaque attr",
-        series=("0002 torch/fx/experimental/symbolic_shapes.py::ShapeEnv.produce_guards_verbose",),
-        guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
         ),
         **ONLY_BACKPORT,
     ),

@@ -22,6 +22,7 @@ from .._torch_compat import is_reference_opaque_type
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ._versions import ONLY_2_10, ONLY_2_11, ONLY_BACKPORT
+from . import _torch_2_11_base
 
 
 def _build(original):
@@ -104,6 +105,17 @@ def _build_benchmark_compiled_module(original):
 
 
 POINTS = [
+    PatchPoint(
+        name="inductor.GraphLowering.output",
+        target="torch._inductor.graph:GraphLowering.output",
+        build=_torch_2_11_base._build_graph_lowering_output,
+        reason="Inductor asserted that no graph output is an opaque",
+        series=(
+            "0000 torch/_inductor/graph.py::GraphLowering.output",
+        ),
+        guarded_by=(_torch_2_11_base._INDUCTOR_TEST,),
+        **ONLY_2_10,
+    ),
     PatchPoint(
         name="inductor.FxGraphCachePickler._reduce_fake_script_object",
         target="torch._inductor.codecache:FxGraphCachePickler._reduce_fake_script_object",

@@ -32,7 +32,7 @@ gets, at trace time, an error naming the subclass and the attr (torch
 
 The other exception is a class of points, the fixes for torch 2.10/2.11
 bugs outside the feature that block parity with native 2.13
-(``points/fixes.py``, Note [Scope of the fixes outside the feature]): they
+(``points/_upstream_fixes.py``, Note [Scope of the fixes outside the feature]): they
 apply to every graph, so a program that fails on stock 2.10/2.11 only
 because of such a bug (a subclass without a ``__repr__`` of its own,
 compiled) passes once ``install()`` ran. They never change a program that

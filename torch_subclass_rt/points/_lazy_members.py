@@ -33,7 +33,6 @@ import types
 from typing import Any
 
 from .._torch_compat import BACKPORT_VERSIONS, FIXES_VERSIONS, is_registered_opaque_type
-from ..patching.registry import PatchPoint
 from ._versions import upstream_fix
 
 _FAKE_OWN = frozenset({"wrapped_obj", "script_class_name", "real_obj"})
@@ -210,68 +209,3 @@ _TESTS = (
     f"{_TEST}test_unread_member_not_evaluated",
     f"{_TEST}test_inlined_member_side_effect_on_runtime_object",
 )
-
-POINTS = [
-    PatchPoint(
-        name="fix.maybe_to_fake_obj.lazy_members",
-        target="torch._library.fake_class_registry:maybe_to_fake_obj",
-        build=_build_maybe_to_fake_obj,
-        reason="every registered member of an opaque was evaluated at each fakification, "
-        "and INLINED methods were bound to the real object",
-        upstream_fix=_FIX,
-        series=(f"{_F}maybe_to_fake_obj", f"{_F}_check_registered_members_exist"),
-        rebinds_if_loaded=_importers(
-            "torch._export.passes.lift_constants_pass", "torch.export._trace", "torch._inductor.ir"
-        ),
-        guarded_by=_TESTS,
-        # not 2.10: install()'s torch_2_11_base.maybe_to_fake_obj builds the
-        # fake there, members unread (this point stacked on it would leave it
-        # nothing to do)
-        **upstream_fix("2.11.0", *FIXES_VERSIONS),
-    ),
-    # torch 2.14 renamed the variable class and its getattr hook
-    *(
-        PatchPoint(
-            name=f"fix.{cls}.{method}.lazy_members",
-            target=f"torch._dynamo.variables.script_object:{cls}.{method}",
-            build=_build_var_getattr,
-            reason="Dynamo reads a registered member off the fake of an opaque, which now "
-            "resolves members when read",
-            upstream_fix=_FIX,
-            **series,
-            guarded_by=(
-                "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_member_reads_in_dynamo_cpu",
-            ),
-            **upstream_fix(*versions),
-        )
-        for cls, method, versions, series in (
-            (
-                "TorchScriptObjectVariable", "var_getattr", _BEFORE_2_14,
-                {"series": (
-                    "0020 torch/_dynamo/variables/script_object.py::"
-                    "TorchScriptObjectVariable.var_getattr",
-                )},
-            ),
-            (
-                "CustomClassObjectVariable", "tp_getattro_impl", _FROM_2_14,
-                {"series_none": "torch 2.14's name of the hook; the series' bases (2.10, "
-                 "2.11) have var_getattr (the point above)"},
-            ),
-        )
-        if versions
-    ),
-    PatchPoint(
-        name="fix.FakeScriptObject.__getattr__.lazy_members",
-        target="torch._library.fake_class_registry:FakeScriptObject.__getattr__",
-        build=lambda _original: _fake_getattr,
-        new_attribute=True,
-        reason="the fake of an opaque resolves a registered member when it is read",
-        upstream_fix=_FIX,
-        series=(f"{_F}FakeScriptObject.__getattr__", f"{_F}_resolve_registered_member"),
-        guarded_by=(
-            f"{_TEST}test_member_read_by_dispatch",
-            f"{_TEST}test_inlined_member_side_effect_on_runtime_object",
-        ),
-        **_VERSIONS,
-    ),
-]
