@@ -10,7 +10,6 @@ opaque object through to ``__tensor_unflatten__``; these points port that.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, Optional
 
 from torch import Tensor

@@ -1,14 +1,51 @@
 """Proxy tracing and symbolic shapes (``torch.fx.experimental``:
 ``proxy_tensor``, ``symbolic_shapes``).
 
+``ShapeEnv.produce_guards_verbose``: for a subclass input, 2.11 pairs every
+``__tensor_flatten__`` attr with its inner symbolic context
+(``context.inner_contexts[attr]``) to guard its sizes and strides. Opaque
+attrs have no sizes and no symbolic context (Dynamo's ``_automatic_dynamic``
+does not create one for them, as in 2.12), so the lookup raised
+``KeyError``. torch 2.12 skips them in that loop; so do we, with a one-line
+source edit of the 818-line method.
+
 See Note [One module per torch subsystem] in ``points/__init__.py``.
 """
 
 from __future__ import annotations
 
 from ..patching.registry import PatchPoint
+from ..patching.source_edit import Edit, edited_function
 from ._versions import ONLY_2_10, ONLY_2_11, ONLY_BACKPORT
-from . import _derived_submesh, _torch_2_11_base, _tracing, guards
+from . import _derived_submesh, _torch_2_11_base, _tracing
+
+
+def _build_produce_guards_verbose(original):
+    """``torch.fx.experimental.symbolic_shapes.ShapeEnv.produce_guards_verbose``
+    (torch 2.11.0) with one edit. Differs from 2.11, as 2.12: opaque attrs of
+    a subclass input are skipped when guarding inner sizes and strides (they
+    have neither, nor a symbolic context). Note [install() is transparent
+    without opaques]: identical (torch's own source; without opaques no attr
+    is skipped)."""
+    return edited_function(
+        original,
+        [
+            Edit(
+                """
+                for attr in attrs:
+                    inner_t = getattr(t, attr)
+                    inner_context = context.inner_contexts[attr]
+                """,
+                """
+                for attr in attrs:
+                    inner_t = getattr(t, attr)
+                    if __tsrt__.is_opaque_attr(inner_t):
+                        continue  # no sizes/strides to guard (torch 2.12)
+                    inner_context = context.inner_contexts[attr]
+                """,
+            ),
+        ],
+    )
 
 
 POINTS = [
@@ -68,7 +105,7 @@ POINTS = [
     PatchPoint(
         name="fx.ShapeEnv.produce_guards_verbose",
         target="torch.fx.experimental.symbolic_shapes:ShapeEnv.produce_guards_verbose",
-        build=guards._build_produce_guards_verbose,
+        build=_build_produce_guards_verbose,
         reason="KeyError on context.inner_contexts[attr] for an opaque attr",
         series=("0002 torch/fx/experimental/symbolic_shapes.py::ShapeEnv.produce_guards_verbose",),
         guarded_by=(

@@ -1,11 +1,6 @@
-"""Guard building: ``ShapeEnv.produce_guards_verbose`` on subclasses with opaques.
-
-For a subclass input, 2.11 pairs every ``__tensor_flatten__`` attr with its
-inner symbolic context (``context.inner_contexts[attr]``) to guard its sizes
-and strides. Opaque attrs have no sizes and no symbolic context (Dynamo's
-``_automatic_dynamic`` does not create one for them, as in 2.12), so the
-lookup raised ``KeyError``. torch 2.12 skips them in that loop; so do we,
-with a one-line source edit of the 818-line method.
+"""Dynamo's guards (``torch._dynamo.guards``) on opaques: the guard-state
+pickler (caching compiled guards) and 2.11's ``guard_fn`` guard for torch
+2.10 (``GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH``).
 """
 
 from __future__ import annotations
@@ -14,34 +9,6 @@ from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ._versions import ONLY_2_10, ONLY_BACKPORT
 from . import _opaque_members
-
-
-def _build_produce_guards_verbose(original):
-    """``torch.fx.experimental.symbolic_shapes.ShapeEnv.produce_guards_verbose``
-    (torch 2.11.0) with one edit. Differs from 2.11, as 2.12: opaque attrs of
-    a subclass input are skipped when guarding inner sizes and strides (they
-    have neither, nor a symbolic context). Note [install() is transparent
-    without opaques]: identical (torch's own source; without opaques no attr
-    is skipped)."""
-    return edited_function(
-        original,
-        [
-            Edit(
-                """
-                for attr in attrs:
-                    inner_t = getattr(t, attr)
-                    inner_context = context.inner_contexts[attr]
-                """,
-                """
-                for attr in attrs:
-                    inner_t = getattr(t, attr)
-                    if __tsrt__.is_opaque_attr(inner_t):
-                        continue  # no sizes/strides to guard (torch 2.12)
-                    inner_context = context.inner_contexts[attr]
-                """,
-            ),
-        ],
-    )
 
 
 def _build_guards_state_reducer_override(original):
