@@ -73,7 +73,7 @@ class TestOpaqueBaseOn210(TestCase):
 
         ours = harness.torch_major_minor() == (2, 10)
         self.assertEqual(tsrt.OpaqueBase is _opaque_base.OpaqueBase, ours)
-        # torch 2.10 has them while install() is active (opaque_members.py)
+        # torch 2.10 has them while install() is active (points/_opaque_members.py)
         self.assertEqual(compat.has_opaque_members(), not ours or MODE == "backport")
 
     @unittest.skipUnless(harness.torch_major_minor() == (2, 10), "torch 2.10's registration")

@@ -379,8 +379,8 @@ class TestDeviceMeshOpaque(TestCase):
         torch._dynamo.reset()
         self._unregistered(device, Handle(1), "hidden", "Handle")
 
-    # Note [isinstance of a fake DeviceMesh]: what library code checks on
-    # the fake of a mesh / process group / user opaque, as torch 2.13 answers
+    # What library code checks on the fake of a mesh / process group / user
+    # opaque, as torch 2.13 answers (Note [isinstance of a fake DeviceMesh])
 
     # The series does not carry these points yet (issue 23; tools/series_map.py
     # NOT_YET_IN_SERIES_POINTS, and 0012 ports only the error half of the

@@ -59,6 +59,7 @@ from ..patching.source_edit import Edit, edited_function
 
 
 # Note [Distributed opaque members]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # The member lists and the guard are 2.13's (torch/distributed/device_mesh.py,
 # _register_distributed_opaque_types). Keep in sync with that function and with
 # the series' copies in patches/v2.11.0 and patches/v2.10.0 (0012; 2.10's
@@ -389,7 +390,9 @@ def fake_class(fake: Any) -> type | None:
     object's, for a DeviceMesh / ProcessGroup; None (FakeScriptObject's
     own) for anything else.
 
-    Note [isinstance of a fake DeviceMesh]: torch 2.13's ``DeviceMesh``
+    Note [isinstance of a fake DeviceMesh]
+    ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    Torch 2.13's ``DeviceMesh``
     derives from ``OpaqueBase`` and its ``ProcessGroup`` has that metaclass,
     whose ``__instancecheck__`` is true for a FakeScriptObject of an
     instance, so library code that checks ``isinstance(mesh, DeviceMesh)``
@@ -626,7 +629,7 @@ def _is_from_local(fn: Any) -> bool:
     return fn is DTensor.from_local
 
 
-#: issue 23's points, which the patch series does not carry yet
+#: points whose change the patch series does not carry yet
 _NOT_YET_IN_SERIES = (
-    "issue 23: not yet ported into patches/v2.1x.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)"
+    "not yet ported into patches/v2.1x.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)"
 )

@@ -8,7 +8,9 @@ the mesh is a graph input: one compiled graph serves every equal mesh, and
 outputs / grads carry the caller's mesh, not the one seen at compile time
 (2.11 keeps the whole ``_spec``, mesh included, in the context).
 
-These points give 2.11's DTensor the same flatten. They are a group of
+The points ``distributed.DTensor.__tensor_flatten__``,
+``__tensor_unflatten__`` and ``__coerce_same_metadata_as_tangent__`` give
+2.11's DTensor the same flatten. They are a group of
 their own, applied only by ``install(dtensor=True)``: without them,
 ``install()`` leaves DTensor exactly as torch 2.11 has it. They need the
 DeviceMesh registration of ``points/_distributed_opaques.py`` and what plain
@@ -18,7 +20,8 @@ piece lives in ``points/dynamo.py`` because its target is already edited
 there: ``dynamo.VariableBuilder.wrap_tensor``'s DTensor branch accepts this
 flatten's context (:func:`flatten_ctx_ok`).
 
-``x.redistribute(x.device_mesh, placements)`` in the compiled code: 2.11's
+``x.redistribute(x.device_mesh, placements)`` in the compiled code (the
+point ``dynamo.TensorVariable.method_redistribute``): 2.11's
 Dynamo (``TensorVariable.method_redistribute``) bakes every argument into
 the graph as a Python constant, and the mesh is now a graph input
 ("TorchScriptObjectVariable(FakeScriptObject) is self-referential"; a
@@ -29,7 +32,7 @@ redistribute then uses the tensor's mesh, the caller's at run time), which
 is what DTensor does with it anyway: it only redistributes within one mesh,
 and both meshes are guarded (equal at run time as at compile time).
 
-On torch >= 2.13 DTensor flattens this way itself and ``dtensor=True`` adds
+On torch >= 2.12 DTensor flattens this way itself and ``dtensor=True`` adds
 nothing.
 """
 
@@ -49,7 +52,9 @@ def _tensor_flatten(self):
     2.13's layout: the mesh is an inner attr (a reference opaque, a graph
     input), the context holds the rest of the spec.
 
-    Note [DTensor opaque-mesh flatten]: the context layout matches 2.13's
+    Note [DTensor opaque-mesh flatten]
+    ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    The context layout matches 2.13's
     (placements, tensor_meta, shard_order, requires_grad); keep it in sync
     with :func:`_tensor_unflatten` and :func:`flatten_ctx_ok`.
     """

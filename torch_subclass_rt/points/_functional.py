@@ -1,4 +1,8 @@
-"""AOTAutograd functionalization helpers (``functional_utils``) on 2.11.
+"""AOTAutograd functionalization helpers (``functional_utils``) on 2.10 / 2.11.
+
+The code of the points ``aot_autograd.sc_visit``, ``aot_autograd.is_fun``,
+``aot_autograd.sync_functional_tensor`` and
+``aot_autograd.are_all_mutations_under_no_grad_or_inference_mode``.
 
 These helpers recurse through ``__tensor_flatten__`` attrs and assume every
 attr is a tensor. Each recursive call goes through the module global, so

@@ -59,7 +59,9 @@ def opaque_type_info(cls: Any, class_name: str, typ: str, guard_fn: Any, members
     """torch 2.10's ``_OpaqueTypeInfo`` with 2.11's ``guard_fn`` and
     ``members``. Called by the edited ``register_opaque_type``.
 
-    Note [Opaque member registration errors]: the two messages below are
+    Note [Opaque member registration errors]
+    ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    The two messages below are
     also the v2.10.0 series' (patch 0000, ``register_opaque_type``); keep
     them in sync."""
     from torch._library import opaque_object

@@ -1,4 +1,7 @@
-"""``unwrap_tensor_subclass_parameters`` with opaque attrs (torch 2.11).
+"""``unwrap_tensor_subclass_parameters`` with opaque attrs (torch 2.10 / 2.11).
+
+The code of the points ``aot_autograd.UnwrapTensorSubclass.*`` and
+``nn.ParametrizationList.*``.
 
 ``UnwrapTensorSubclass`` (the parametrization that replaces a subclass
 parameter by its inner tensors) recurses into every attr of

@@ -1,9 +1,12 @@
 """What torch 2.11 already has and the feature builds on, for torch 2.10.
 
-The backport of PR 176457 (every other point module) is written against
-2.11, which already carries opaque objects as graph inputs that survive a
+The backport of PR 176457 (every point that is not ``ONLY_2_10``) is
+written against 2.11, which already carries opaque objects as graph inputs that survive a
 backward. torch 2.10 has reference opaques as Dynamo graph inputs but not
-the rest; these points give 2.10 the 2.11 behaviour, so that the same
+the rest; the points whose code is here (``library.maybe_to_fake_obj``,
+``fx._iterate_exprs``, ``partitioners.*``, ``aot_autograd.*``'s 2.10 parts,
+``dynamo.VariableBuilder._can_lift_attrs_to_inputs``,
+``inductor.GraphLowering.output``; all ``ONLY_2_10``) give 2.10 the 2.11 behaviour, so that the same
 backport points, and the same graphs, serve both releases:
 
 * the fake of a reference opaque keeps the caller's object (``real_obj``):

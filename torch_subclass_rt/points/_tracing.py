@@ -1,4 +1,7 @@
-"""Proxy tracing of opaques (2.11): one object, one graph input.
+"""Proxy tracing of opaques (2.10 / 2.11): one object, one graph input.
+
+The code of the points ``fx.set_proxy_slot``, ``fx.get_proxy_slot``,
+``fx.wrap_key`` and ``library.FakeScriptObject.__init__``.
 
 While AOTAutograd traces, the same real opaque can be wrapped in several
 ``FakeScriptObject``s (one per subclass input that shares a mesh, a fresh one

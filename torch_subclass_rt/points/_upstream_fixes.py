@@ -29,7 +29,7 @@ without it, and it is not carried. The issue's test is guarded by the
 
 Three points here fix torch 2.10.0 / 2.11.0 bugs *outside* the feature that
 block parity with native 2.13 for subclasses written the way users write
-them (issue 22; see "Upstream fixes outside the feature" below).
+them (see "Upstream fixes outside the feature" below).
 """
 
 from __future__ import annotations
@@ -409,6 +409,7 @@ _EXPORT_SERDE_POINT = dict(
 # Upstream fixes outside the feature (torch 2.10.0 / 2.11.0)
 #
 # Note [Scope of the fixes outside the feature]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 #     These bugs are torch 2.10/2.11's own, not the backport's: the logging
 #     one breaks a subclass without a ``__repr__`` of its own whether or not
 #     it holds an opaque (stock 2.10/2.11 fail alike), and the donated-buffer

@@ -1,8 +1,13 @@
-"""torch.distributed helpers that flatten subclasses, with opaque attrs (2.11).
+"""``torch.distributed``: its helpers that flatten subclasses, and DTensor.
 
-Both read every attr of ``__tensor_flatten__`` as a tensor. Torch 2.12 skips
+``get_untyped_storages`` and FSDP's ``_sync_module_params_and_buffers``
+(torch 2.10 / 2.11) both read every attr of ``__tensor_flatten__`` as a tensor. Torch 2.12 skips
 opaque attrs: an opaque has no storage to count and nothing to broadcast (a
 reference opaque such as a mesh handle is per-rank state, not data).
+
+``DTensor.__tensor_flatten__`` & co. (opt-in group "dtensor", torch 2.11):
+the mesh as an opaque inner attr, as 2.13 has it; the code and the reasons
+are in ``_dtensor``.
 """
 
 from __future__ import annotations

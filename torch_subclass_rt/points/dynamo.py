@@ -7,8 +7,17 @@ dynamic (``mark_dynamic``), reads an attr off an intermediate subclass
 graph output. Reference opaques are already
 lifted to graph inputs on 2.11 (``wrap_tensor`` builds every attr), so only
 these tensor-only assumptions need porting from torch 2.12 (PR 176457).
-Each point is a small source edit of the 2.11 function, except the
-11-line ``_apply_func_to_inner_tensors_of_same_dim``, which is replaced.
+Each of those points is a small source edit of the 2.11 function, except
+the 11-line ``_apply_func_to_inner_tensors_of_same_dim``, which is
+replaced.
+
+The module also declares Dynamo's share of other changes, whose code sits
+with the change: ``DeviceMesh`` / ``ProcessGroup`` as opaques
+(``_distributed_opaques``), opaque members on 2.10 (``_opaque_members``),
+members resolved when read (``_lazy_members``), DTensor's ``redistribute``
+(``_dtensor``), the duplicate-input guard 2.10 lacks (``_torch_2_11_base``),
+forced mode's flatten-attr check (``_validation``) and the later upstream
+fixes (``_upstream_fixes``).
 """
 
 from __future__ import annotations
@@ -62,7 +71,7 @@ def _build_wrap_tensor(original):
     """``torch._dynamo.variables.builder.VariableBuilder.wrap_tensor`` (torch
     2.11.0) with two edits. Differs from 2.11: flatten attrs that are not
     tensors or reference opaques are rejected up front (2.12's check), inner
-    attrs are marked for ``distributed_opaques``' ``_wrap`` edit, and with
+    attrs are marked for the ``dynamo.VariableBuilder._wrap`` edit, and with
     ``install(dtensor=True)`` DTensor's 2.13 flatten context is accepted.
     Note [install() is transparent without opaques]: identical (torch's own
     source; the inserted check passes every tensor; the named exception
@@ -372,7 +381,7 @@ POINTS = [
         name="dynamo.VariableBuilder.wrap_tensor",
         target="torch._dynamo.variables.builder:VariableBuilder.wrap_tensor",
         # 0012: its inner attrs are built as subclass inner attrs (the
-        # DeviceMesh / ProcessGroup path of distributed_opaques.py)
+        # DeviceMesh / ProcessGroup path of _distributed_opaques.py)
         series=(
             "0003 torch/_dynamo/variables/builder.py::VariableBuilder.wrap_tensor",
             "0003 torch/_dynamo/variables/builder.py::_check_tensor_flatten_attr",

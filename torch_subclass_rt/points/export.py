@@ -1,4 +1,6 @@
-"""Non-strict ``torch.export`` with opaque attrs in ``__tensor_flatten__`` (2.11).
+"""``torch.export`` with opaque attrs in ``__tensor_flatten__``.
+
+Torch 2.10 / 2.11 (backport):
 
 Non-strict export builds a symbolic context for every input tensor with
 ``non_strict_utils._create_symbolic_context_for_tensor``, which recurses into
@@ -8,6 +10,10 @@ opaque attr fails with ``'Counter' object has no attribute 'shape'``. Torch
 its tensor attrs only.
 
 Strict export goes through Dynamo and needs no point here.
+
+Torch 2.12 to 2.14 (native+fixes; issue 179870, code in ``_upstream_fixes``):
+serializing and packaging an exported program whose constants include an
+opaque object.
 """
 
 from __future__ import annotations

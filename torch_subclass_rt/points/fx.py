@@ -96,7 +96,7 @@ POINTS = [
         target="torch.fx.experimental.proxy_tensor:wrap_key",
         build=_tracing._wrap_wrap_key,
         reason="a traced function's real opaque output is its graph input, not a constant (2.13)",
-        series_none="issue 23: not yet ported into patches/v2.11.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)",
+        series_none="not yet ported into patches/v2.11.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)",
         guarded_by=(
             "test/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_aot_over_dynamo_mesh_output_cpu",
         ),

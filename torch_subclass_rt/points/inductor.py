@@ -1,4 +1,6 @@
-"""Inductor's FX-graph cache key for opaque graph inputs (2.11).
+"""Inductor with opaque graph inputs (torch 2.10 / 2.11).
+
+The FX-graph cache key:
 
 A reference opaque in a subclass's flatten attrs reaches Inductor as a
 ``FakeScriptObject`` graph input. 2.11's cache-key pickler pickles its real
@@ -11,6 +13,9 @@ runtime input, and anything Dynamo read off it at compile time (guard_fn
 values, USE_REAL members) is baked into the graph, whose code is part of the
 key already. So the key names the opaque's type, as AOTAutogradCache does for
 opaques in 2.12+.
+
+On torch 2.10 only, ``GraphLowering.output`` takes an opaque graph output, as
+2.11 does (code in ``_torch_2_11_base``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Straight-line source for the compiled backward's grad rebuild (2.11).
+"""Straight-line source for the compiled backward's grad rebuild (2.10 / 2.11).
 
 After the compiled backward returns its flat grads, the epilogue rebuilds a
 subclass grad for every subclass input (``grad_input_metas``). torch 2.11
