@@ -2,7 +2,7 @@
 (upstream PR 193452, open; issue 187505 items 3-4).
 
 Every release with opaque members (torch 2.11.0 to 2.14.1; 2.10.0 through
-``install()``'s ``opaque_members``) builds the fake of a registered opaque
+``install()``'s ``_opaque_members``) builds the fake of a registered opaque
 in ``maybe_to_fake_obj`` by reading *every* registered member off the real
 object and storing it on the FakeScriptObject. Two consequences:
 
@@ -89,7 +89,7 @@ def _build_maybe_to_fake_obj(original):
     def maybe_to_fake_obj(fake_mode, x):
         """Stands in for ``torch._library.fake_class_registry.
         maybe_to_fake_obj`` (torch 2.11.0, 2.12.x, 2.13.0, 2.14.x; on 2.10.0
-        it wraps install()'s torch_2_11_base copy) for a registered opaque
+        it wraps install()'s ``library.maybe_to_fake_obj`` copy) for a registered opaque
         object;
         TorchScript objects go to the wrapped function.
 
@@ -196,7 +196,7 @@ _FIX = "PR 193452 (open; issue 187505 items 3-4)"
 #: every release with opaque members has the eager loop: the native ones
 #: we patch (2.12.0 and 2.14.0 as well, once _torch_compat lists them), and
 #: the 2.10/2.11 backport (torch 2.11's own loop; on 2.10 install()'s
-#: torch_2_11_base edit, whose replacement the point wraps there). The
+#: ``library.maybe_to_fake_obj`` edit, whose replacement the point wraps there). The
 #: series carry it as patch 0020.
 _VERSIONS = upstream_fix(*BACKPORT_VERSIONS, *FIXES_VERSIONS)
 _F = "0020 torch/_library/fake_class_registry.py::"

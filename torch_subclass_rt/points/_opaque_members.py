@@ -3,7 +3,7 @@
 torch 2.11 lets an opaque registration say what compiled code may read off
 the object (``members={name: MemberType.USE_REAL | INLINED}``) and what to
 guard on (``guard_fn``); DeviceMesh / ProcessGroup as opaques
-(``distributed_opaques.py``) and a sharded subclass whose dispatch reads
+(``_distributed_opaques.py``) and a sharded subclass whose dispatch reads
 ``mesh.size()`` while tracing build on both. torch 2.10 registers a type
 with a name and a kind only, sets nothing on the FakeScriptObject that
 stands in for the object, refuses every attribute of a reference opaque in
