@@ -1,13 +1,15 @@
-"""AOTAutograd: install our subclass runtime (``runtime/``) into torch.
+"""AOTAutograd (``torch._functorch._aot_autograd``): install our subclass
+runtime (``runtime/``) into torch, and AOTAutograd's share of the other
+changes (their code in the private modules it imports).
 
-Backport (2.11): torch has no OpaqueMeta and its subclass utilities assume
+Backport (2.10 / 2.11): torch has no OpaqueMeta and its subclass utilities assume
 every inner attr is a tensor. Forced (2.13): the same functions exist with
 native opaque support; we replace them with ours so the whole suite runs
 against our implementation. The ``OpaqueMeta`` marker itself is torch's own
 class there (see ``runtime/meta.py``), so nothing needs replacing for it.
 
 Only the functions whose 2.11 version mishandles an opaque are replaced on
-2.11 (tools/ablate_points.py checks that dropping each one fails a test).
+2.10 / 2.11 (tools/ablate_points.py checks that dropping each one fails a test).
 2.11's ``create_subclass_meta``, ``runtime_unwrap_tensor_subclasses``,
 ``wrap_tensor_subclasses``, ``get_subclass_typing_container`` and
 ``process_runtime_tangent`` already treat a non-tensor attr as one flat leaf

@@ -7,7 +7,7 @@ differentiable; they keep their flat slot and are passed through untouched.
 
 Replaces ``AOTDispatchAutograd.process_runtime_tangent`` in forced mode
 only (torch 2.13.0; the point ``aot_autograd.process_runtime_tangent``
-dispatches here); not installed on 2.11, whose
+dispatches here); not installed on 2.10 / 2.11, whose
 function already passes a non-tensor attr through as its own flat leaf,
 which is all an opaque slot needs (points/aot_autograd.py). Note [install()
 is transparent without opaques]: delegation. A tangent whose metadata holds
