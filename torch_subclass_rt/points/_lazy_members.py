@@ -32,8 +32,7 @@ import inspect
 import types
 from typing import Any
 
-from .._torch_compat import BACKPORT_VERSIONS, FIXES_VERSIONS, is_registered_opaque_type
-from ._versions import upstream_fix
+from .._torch_compat import is_registered_opaque_type
 
 _FAKE_OWN = frozenset({"wrapped_obj", "script_class_name", "real_obj"})
 
@@ -193,17 +192,7 @@ def _importers(*modules: str) -> tuple[str, ...]:
 
 
 _FIX = "PR 193452 (open; issue 187505 items 3-4)"
-#: every release with opaque members has the eager loop: the native ones
-#: we patch (2.12.0 and 2.14.0 as well, once _torch_compat lists them), and
-#: the 2.10/2.11 backport (torch 2.11's own loop; on 2.10 install()'s
-#: ``library.maybe_to_fake_obj`` edit, whose replacement the point wraps there). The
-#: series carry it as patch 0020.
-_VERSIONS = upstream_fix(*BACKPORT_VERSIONS, *FIXES_VERSIONS)
 _F = "0020 torch/_library/fake_class_registry.py::"
-_FROM_2_14 = tuple(v for v in FIXES_VERSIONS if v.startswith("2.14."))
-#: torch 2.10's Dynamo (install()'s opaque_members) reads members off the
-#: real object, not the fake: nothing to resolve there
-_BEFORE_2_14 = ("2.11.0", *(v for v in FIXES_VERSIONS if v not in _FROM_2_14))
 _TEST = "test/test_lazy_members.py::TestLazyMembers::"
 _TESTS = (
     f"{_TEST}test_unread_member_not_evaluated",

@@ -45,7 +45,6 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .._torch_compat import is_registered_opaque_object, is_value_opaque_type
 from ..patching.source_edit import Edit, edited_function
-from ._versions import upstream_fix
 
 _MISSING = object()
 
@@ -384,26 +383,6 @@ def _build_registered_opaque_instancecheck(original):
     return __instancecheck__
 
 
-_EXPORT_SERDE_FIX = "issue 179870 (open; PR 181676 unmerged)"
-#: value opaques reach torch.export from 2.12 on; 2.11 has nothing to save
-_EXPORT_SERDE_NO_SERIES = (
-    "torch.export of a value opaque passed to a graph node needs torch >= 2.12, "
-    "so the point does not apply to 2.11.0 and the v2.11.0 series has no counterpart"
-)
-_EXPORT_SERDE_TESTS = (
-    "test/test_upstream_fixes.py::TestUpstreamFixes::test_export_save_load_opaque_constant",
-)
-
-
-#: what the three export points of issue 179870 share: one fix, one set of
-#: releases, one test that guards each
-_EXPORT_SERDE_POINT = dict(
-    upstream_fix=_EXPORT_SERDE_FIX,
-    series_none=_EXPORT_SERDE_NO_SERIES,
-    guarded_by=_EXPORT_SERDE_TESTS,
-    **upstream_fix("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
-)
-
 
 # --------------------------------------------------------------------------
 # Upstream fixes outside the feature (torch 2.10.0 / 2.11.0)
@@ -499,7 +478,6 @@ def _build_donated_buffers_skip_opaques(original):
     return collect_fw_donated_buffer_idxs
 
 
-_OUTSIDE_FEATURE_VERSIONS = upstream_fix("2.10.0", "2.11.0")
 _USER_TESTS = "test/test_user_written_subclasses.py::"
 _NO_REPR_TESTS = tuple(
     f"{_USER_TESTS}TestNoReprSubclass::test_{name}"

@@ -513,7 +513,7 @@ POINTS = [
         "later makes the repr itself subclass-safe)",
         series=("0018 torch/_functorch/_aot_autograd/graph_compile.py::_log_fw_bw_graphs",),
         guarded_by=_upstream_fixes._NO_REPR_TESTS,
-        **_upstream_fixes._OUTSIDE_FEATURE_VERSIONS,
+        **upstream_fix("2.10.0", "2.11.0"),
     ),
     PatchPoint(
         name="aot_autograd.aot_dispatch_base_graph.lazy_metadata_log",
@@ -526,7 +526,7 @@ POINTS = [
         series=("0018 torch/_functorch/_aot_autograd/graph_capture.py::aot_dispatch_base_graph",),
         rebinds=("torch._functorch._aot_autograd.graph_compile",),
         guarded_by=_upstream_fixes._NO_REPR_INFERENCE_TESTS,
-        **_upstream_fixes._OUTSIDE_FEATURE_VERSIONS,
+        **upstream_fix("2.10.0", "2.11.0"),
     ),
     PatchPoint(
         name="aot_autograd.collect_fw_donated_buffer_idxs.skip_opaques",
@@ -540,6 +540,6 @@ POINTS = [
             "0018 torch/_functorch/_aot_autograd/graph_compile.py::collect_fw_donated_buffer_idxs",
         ),
         guarded_by=_upstream_fixes._DONATED_TESTS,
-        **_upstream_fixes._OUTSIDE_FEATURE_VERSIONS,
+        **upstream_fix("2.10.0", "2.11.0"),
     ),
 ]

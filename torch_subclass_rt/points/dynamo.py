@@ -27,9 +27,9 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
+from .._torch_compat import FIXES_VERSIONS, is_opaque_attr
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from .._torch_compat import is_opaque_attr
 from ._versions import ONLY_2_10, ONLY_2_11, ONLY_BACKPORT, ONLY_FORCED, upstream_fix, per_release
 from . import _distributed_opaques, _dtensor, _lazy_members, _opaque_members, _torch_2_11_base, _upstream_fixes, _validation
 
@@ -330,6 +330,13 @@ def _build_apply_func_to_inner_tensors_of_same_dim(original: Any) -> Any:
     """
     return torch._dynamo.disable(_apply_func_to_inner_tensors_of_same_dim, recursive=False)
 
+#: the Dynamo hook that reads an opaque's member, by release (2.14 renamed
+#: it); torch 2.10's Dynamo (library.register_opaque_type & co.) reads members
+#: off the real object, not the fake: nothing to resolve there
+_LAZY_FROM_2_14 = tuple(v for v in FIXES_VERSIONS if v.startswith("2.14."))
+_LAZY_BEFORE_2_14 = ("2.11.0", *(v for v in FIXES_VERSIONS if v not in _LAZY_FROM_2_14))
+
+
 POINTS = [
     PatchPoint(
         name="dynamo.VariableBuilder._can_lift_attrs_to_inputs",
@@ -556,14 +563,14 @@ POINTS = [
         )
         for cls, method, versions, series in (
             (
-                "TorchScriptObjectVariable", "var_getattr", _lazy_members._BEFORE_2_14,
+                "TorchScriptObjectVariable", "var_getattr", _LAZY_BEFORE_2_14,
                 {"series": (
                     "0020 torch/_dynamo/variables/script_object.py::"
                     "TorchScriptObjectVariable.var_getattr",
                 )},
             ),
             (
-                "CustomClassObjectVariable", "tp_getattro_impl", _lazy_members._FROM_2_14,
+                "CustomClassObjectVariable", "tp_getattro_impl", _LAZY_FROM_2_14,
                 {"series_none": "torch 2.14's name of the hook; the series' bases (2.10, "
                  "2.11) have var_getattr (the point above)"},
             ),

@@ -8,6 +8,7 @@ See Note [One module per torch subsystem] in ``points/__init__.py``.
 
 from __future__ import annotations
 
+from .._torch_compat import BACKPORT_VERSIONS, FIXES_VERSIONS
 from ..patching.registry import PatchPoint
 from ._versions import ONLY_2_10, ONLY_BACKPORT, RUNTIME, upstream_fix, per_release
 from . import _derived_submesh, _distributed_opaques, _lazy_members, _opaque_members, _torch_2_11_base, _tracing, _upstream_fixes
@@ -232,7 +233,7 @@ POINTS = [
         # not 2.10: install()'s library.maybe_to_fake_obj builds the
         # fake there, members unread (this point stacked on it would leave it
         # nothing to do)
-        **upstream_fix("2.11.0", *_lazy_members.FIXES_VERSIONS),
+        **upstream_fix("2.11.0", *FIXES_VERSIONS),
     ),
     PatchPoint(
         name="library.FakeScriptObject.__getattr__.lazy_members",
@@ -246,6 +247,9 @@ POINTS = [
             f"{_lazy_members._TEST}test_member_read_by_dispatch",
             f"{_lazy_members._TEST}test_inlined_member_side_effect_on_runtime_object",
         ),
-        **_lazy_members._VERSIONS,
+        # every release with opaque members: the native ones we patch, and
+        # the backport (on 2.10, the fake library.maybe_to_fake_obj makes);
+        # the series carry it as patch 0020
+        **upstream_fix(*BACKPORT_VERSIONS, *FIXES_VERSIONS),
     ),
 ]
