@@ -31,7 +31,15 @@ from .._torch_compat import FIXES_VERSIONS, is_opaque_attr
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ._versions import ONLY_2_10, ONLY_2_11, ONLY_BACKPORT, ONLY_FORCED, upstream_fix, per_release
-from . import _distributed_opaques, _dtensor, _lazy_members, _opaque_members, _torch_2_11_base, _upstream_fixes, _validation
+from . import (
+    _distributed_opaques,
+    _dtensor,
+    _lazy_members,
+    _opaque_members,
+    _torch_2_11_base,
+    _upstream_fixes,
+    _validation,
+)
 
 
 

@@ -11,7 +11,15 @@ from __future__ import annotations
 from .._torch_compat import BACKPORT_VERSIONS, FIXES_VERSIONS
 from ..patching.registry import PatchPoint
 from ._versions import ONLY_2_10, ONLY_BACKPORT, RUNTIME, upstream_fix, per_release
-from . import _derived_submesh, _distributed_opaques, _lazy_members, _opaque_members, _torch_2_11_base, _tracing, _upstream_fixes
+from . import (
+    _derived_submesh,
+    _distributed_opaques,
+    _lazy_members,
+    _opaque_members,
+    _torch_2_11_base,
+    _tracing,
+    _upstream_fixes,
+)
 
 
 POINTS = [
