@@ -178,9 +178,11 @@ def _slow_down(units: int) -> list[int]:
     test). Returns a one-item counter of the calls it slowed."""
     from torch._functorch._aot_autograd.schemas import SubclassCreationMeta
 
-    from torch_subclass_rt.runtime import call_wrapper
+    from torch_subclass_rt.runtime import codegen
 
-    original = call_wrapper.build_subclass_wrapper
+    # the aot_autograd.AOTDispatchSubclassWrapper.post_compile point looks it
+    # up in codegen at the first call
+    original = codegen.build_subclass_wrapper
     slowed = [0]
 
     def build(compiled_fn, inp_metas, *args, **kwargs):
@@ -195,7 +197,7 @@ def _slow_down(units: int) -> list[int]:
 
         return wrapper
 
-    call_wrapper.build_subclass_wrapper = build
+    codegen.build_subclass_wrapper = build
     return slowed
 
 

@@ -13,7 +13,7 @@ Mode under test (env var ``TSRT_MODE``):
 ``native+fixes``
     torch 2.12.x / 2.13.0 / 2.14.x with ``torch_subclass_rt.install()``: the
     native implementation plus the later upstream fixes the release lacks
-    (``points/fixes.py``; tests marked :func:`upstream_bug`).
+    (``points/_upstream_fixes.py``; tests marked :func:`upstream_bug`).
 ``patched``
     torch 2.10 or 2.11 with its in-tree patch series (patches/v2.10.0,
     patches/v2.11.0) applied to its sources (tools/verify_patches.py puts such a torch first on PYTHONPATH);
@@ -78,7 +78,7 @@ def current_mode() -> Mode:
 # opaque members (torch >= 2.11)
 
 #: torch 2.10's own opaque registration takes no ``guard_fn`` / ``members``;
-#: ``install()`` gives it 2.11's (points/opaque_members.py), so they exist
+#: ``install()`` gives it 2.11's (points/_opaque_members.py), so they exist
 #: in the backport mode and with a patched torch, not in a stock 2.10
 HAS_OPAQUE_MEMBERS = _torch_compat.has_opaque_members() or current_mode() == Mode.BACKPORT
 needs_opaque_members = __import__("unittest").skipUnless(
@@ -92,7 +92,7 @@ needs_opaque_members = __import__("unittest").skipUnless(
 #: a *value* opaque's members read in compiled code: torch 2.11 reworked
 #: value opaques in Dynamo (a fake with members, built without a source from
 #: the constructor's arguments, hoisting); install() gives torch 2.10 the
-#: members of reference opaques only (points/opaque_members.py), and 2.10's
+#: members of reference opaques only (points/_opaque_members.py), and 2.10's
 #: Dynamo keeps reading any attribute of a value opaque, as stock 2.10 does
 needs_value_opaque_members = __import__("unittest").skipUnless(
     torch_major_minor() >= (2, 11),

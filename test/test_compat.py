@@ -73,7 +73,7 @@ class TestOpaqueBaseOn210(TestCase):
 
         ours = harness.torch_major_minor() == (2, 10)
         self.assertEqual(tsrt.OpaqueBase is _opaque_base.OpaqueBase, ours)
-        # torch 2.10 has them while install() is active (opaque_members.py)
+        # torch 2.10 has them while install() is active (points/_opaque_members.py)
         self.assertEqual(compat.has_opaque_members(), not ours or MODE == "backport")
 
     @unittest.skipUnless(harness.torch_major_minor() == (2, 10), "torch 2.10's registration")
@@ -114,9 +114,9 @@ class TestOpaqueBaseOn210(TestCase):
         with FakeTensorMode() as mode:
             fake = maybe_to_fake_obj(mode, obj)
         # install() gave 2.10's maybe_to_fake_obj 2.11's real_obj
-        # (torch_2_11_base.maybe_to_fake_obj); without it the fake is of
+        # (library.maybe_to_fake_obj); without it the fake is of
         # nothing. The fake carries the registered member, read off obj
-        # when it is first read (PR 193452, points/lazy_members.py).
+        # when it is first read (PR 193452, points/_lazy_members.py).
         self.assertTrue(compat.is_opaque_attr(fake))
         self.assertEqual(fake.start, 7)
 

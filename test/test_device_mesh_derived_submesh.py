@@ -7,7 +7,7 @@ emits ``device_mesh::_get_submesh(root, dims)`` on the tracked root instead
 of baking the compile-time submesh into the graph. So each call's
 collectives run on a submesh of that call's mesh.
 
-torch 2.11 has none of it; ``install()`` adds it (points/derived_submesh.py).
+torch 2.11 has none of it; ``install()`` adds it (points/_derived_submesh.py).
 Without it, 2.11 fails or goes wrong in two ways, one per test below:
 
 * derived in ``__torch_dispatch__`` (the mesh is a FakeScriptObject):
@@ -170,14 +170,14 @@ class TestDerivedSubmesh(TestCase):
         self._check(lambda x: (x * 2, record(x._local.detach(), x.mesh["tp"])), x_grad=True)
 
 
-@unittest.skipUnless(MODE == "backport", "derived_submesh is a torch 2.11 point (backport mode)")
+@unittest.skipUnless(MODE == "backport", "the derived-submesh points are backport points")
 class TestReconstructFnLookup(TestCase):
     """The tracer asks for the reconstruction of every argument's class;
     the lookup is cached per class and must still answer for a class that
     cannot be a cache key."""
 
     def test_mesh_classes_have_one_and_others_none(self):
-        from torch_subclass_rt.points import derived_submesh
+        from torch_subclass_rt.points import _derived_submesh as derived_submesh
 
         class SubMesh(DeviceMesh):
             pass
@@ -188,7 +188,7 @@ class TestReconstructFnLookup(TestCase):
             self.assertIsNone(derived_submesh.reconstruct_fn(cls))
 
     def test_unhashable_class(self):
-        from torch_subclass_rt.points import derived_submesh
+        from torch_subclass_rt.points import _derived_submesh as derived_submesh
 
         class Meta(type):
             __hash__ = None

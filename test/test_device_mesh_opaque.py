@@ -1,7 +1,7 @@
 """A ``DeviceMesh`` / ``ProcessGroup`` itself as an inner attr (issue 13).
 
 torch >= 2.12 registers both as reference opaques; on torch 2.11,
-``install()`` does (points/distributed_opaques.py). A sharded subclass lists
+``install()`` does (points/_distributed_opaques.py). A sharded subclass lists
 the mesh in ``__tensor_flatten__`` and reads it while tracing, as a real
 sharded tensor does (``mesh.size()``, ``mesh.mesh_dim_names`` inside
 ``__torch_dispatch__``, where the mesh is a FakeScriptObject under
@@ -216,7 +216,7 @@ class TestDeviceMeshOpaque(TestCase):
     # torch 2.12 registers ProcessGroup, but its `isinstance(x, OpaqueBase)`
     # is nominal, so AOTAutograd's metadata check refuses it among inner
     # attrs; 2.13 asks the registry, and install() carries that to 2.12
-    # (points/fixes.py)
+    # (points/_upstream_fixes.py)
     _PG_BUG = harness.upstream_bug(
         "PR 180530", broken_on=("2.12.0", "2.12.1"), fails_with=(AssertionError,),
         match=r"expected Tensor or OpaqueBase, got <class '[\w.]*ProcessGroup'>",
@@ -379,8 +379,8 @@ class TestDeviceMeshOpaque(TestCase):
         torch._dynamo.reset()
         self._unregistered(device, Handle(1), "hidden", "Handle")
 
-    # Note [isinstance of a fake DeviceMesh]: what library code checks on
-    # the fake of a mesh / process group / user opaque, as torch 2.13 answers
+    # What library code checks on the fake of a mesh / process group / user
+    # opaque, as torch 2.13 answers (Note [isinstance of a fake DeviceMesh])
 
     # The series does not carry these points yet (issue 23; tools/series_map.py
     # NOT_YET_IN_SERIES_POINTS, and 0012 ports only the error half of the

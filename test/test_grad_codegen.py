@@ -20,6 +20,7 @@ import torch  # noqa: E402
 from torch._dynamo.test_case import TestCase  # noqa: E402
 
 from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor  # noqa: E402
+from torch_subclass_rt.points import aot_autograd as aot_autograd_points  # noqa: E402
 from torch_subclass_rt.runtime import grad_codegen  # noqa: E402
 # torch's own function: with install() it builds the metadata through our
 # create_subclass_metadata (its module global), natively with torch's
@@ -154,7 +155,7 @@ class FakeSubclassMeta:
 
 
 class TestEpilogueDelegation(TestCase):
-    """backward_epilogue: torch's function does everything but the rebuild."""
+    """The epilogue point's build: torch's function does everything but the rebuild."""
 
     def setUp(self):
         super().setUp()
@@ -166,7 +167,7 @@ class TestEpilogueDelegation(TestCase):
                 return tuple(out[:-1])  # stands in for dropping a backward token
             return ("torch", tuple(out))
 
-        self.epilogue = grad_codegen.backward_epilogue(original)
+        self.epilogue = aot_autograd_points._build_backward_epilogue(original)
 
     def test_generated_after_torchs_flat_step(self):
         x = MeshTensor(torch.randn(3), MeshHandle())
@@ -177,7 +178,7 @@ class TestEpilogueDelegation(TestCase):
             self.assertIs(g._local, local)
             self.assertIs(g.mesh, x.mesh)
         self.assertEqual(self.calls, [(None, None), (None, None)])
-        self.assertIn(meta, grad_codegen._generated, "generated once, kept per metadata")
+        self.assertIn(meta, aot_autograd_points._generated, "generated once, kept per metadata")
 
     def test_other_cases_go_to_torch_unchanged(self):
         x = MeshTensor(torch.randn(3), MeshHandle())

@@ -673,7 +673,7 @@ class TestRegistryTransaction(unittest.TestCase):
         # ("not written yet"): a typo silently installed fewer points
         from torch_subclass_rt import points
 
-        with mock.patch.object(points, "SUBSYSTEMS", points.SUBSYSTEMS + ("dynamoo",)):
+        with mock.patch.object(points, "SUBSYSTEMS", {**points.SUBSYSTEMS, "dynamoo": ()}):
             with self.assertRaises(ModuleNotFoundError):
                 points.all_points()
 

@@ -1,6 +1,6 @@
 """Registered opaque members are resolved when compiled code reads them
 (upstream PR 193452, open; issue 187505 items 3-4;
-``torch_subclass_rt/points/lazy_members.py``).
+``torch_subclass_rt/points/_lazy_members.py``).
 
 Every release with opaque members reads every registered member off the
 real object each time it fakifies the object, and binds ``INLINED`` methods

@@ -67,7 +67,7 @@ _OPAQUE_CONSTANT_OUTPUT = (
     "lacks the nn.Module with a Parameter and the requires_grad input"
 )
 _RECONSTRUCT_FN = (
-    "a unit test of our lookup helper points.derived_submesh.reconstruct_fn (a per-class "
+    "a unit test of our lookup helper points._derived_submesh.reconstruct_fn (a per-class "
     "lru_cache answering for DeviceMesh and its subclasses by issubclass, uncached for an "
     "unhashable class); 0016 has no such helper: its get_reconstruct_fn reads the exact "
     "class's registration in _OPAQUE_TYPES (torch 2.13 resolves along the MRO), so the "
@@ -87,7 +87,7 @@ _ISSUE_23 = "tools/series_map.py NOT_YET_IN_SERIES_POINTS, issue 23"
 _FAKE_CLASS = (
     "not yet ported: a fake DeviceMesh / ProcessGroup answering __class__ with its "
     "real object's class (Note [isinstance of a fake DeviceMesh], point "
-    "distributed_opaques.FakeScriptObject.__getattribute__); 0012 ports only that "
+    "library.FakeScriptObject.__getattribute__); 0012 ports only that "
     "point's unregistered-member error, and 0012's OpaqueBaseMeta change does not make "
     "torch 2.1x's DeviceMesh accept a fake, so 0013 has no such case"
 )
@@ -213,29 +213,29 @@ ONLY_OURS: dict[tuple[str, str, str], str] = {
         "test_fake_mesh_as_collective_group": _FAKE_CLASS,
         "test_fakes_of_one_object_equal": (
             "not yet ported: fakes of one object hashing alike (point "
-            f"distributed_opaques.FakeScriptObject.__hash__, {_ISSUE_23}); 0014 hashes "
+            f"library.FakeScriptObject.__hash__, {_ISSUE_23}); 0014 hashes "
             "a fake by identity, and v2.10.0 leaves 0014's __eq__ out as well"
         ),
         "test_fake_mesh_deepcopy": (
             "not yet ported: a fake mesh deep-copied into a fake of an equal mesh (point "
-            f"distributed_opaques.FakeScriptObject.__deepcopy__, {_ISSUE_23})"
+            f"library.FakeScriptObject.__deepcopy__, {_ISSUE_23})"
         ),
         "test_fakes_of_one_object_tracked_apart": (
             "not yet ported: the proxy tracer keying fakes by identity (point "
-            f"distributed_opaques.weak._WeakHashRef, {_ISSUE_23}); the series relies "
+            f"utils.weak._WeakHashRef, {_ISSUE_23}); the series relies "
             "on 0014's identity hash instead, and v2.10.0 has not even that"
         ),
     }),
     **_listed("test/test_dtensor_opaque_mesh.py", {
         "test_aot_over_dynamo_mesh_output": (
             "not yet ported: the proxy tracer looking up a real opaque a compiled "
-            f"function returns (point tracing.wrap_key, {_ISSUE_23}); v2.11.0's 0003 "
+            f"function returns (point fx.wrap_key, {_ISSUE_23}); v2.11.0's 0003 "
             "tracks fakes only"
         ),
         "test_aot_over_dynamo_mesh_output_backward": (
             "not yet ported: the partitioner taking a real opaque saved for backward as "
             "a saved opaque (the derived_submesh partitioner edits of the same issue, "
-            f"{_ISSUE_23}), beside tracing.wrap_key"
+            f"{_ISSUE_23}), beside fx.wrap_key"
         ),
         "test_compare_dtensor_flag_installs_group": (
             "checks that our compare command's --dtensor flag installs our dtensor "

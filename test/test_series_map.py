@@ -359,7 +359,7 @@ class TestRealSeriesMap(unittest.TestCase):
         )
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertIn("0001 torch/_functorch/_aot_autograd/subclass_utils.py"
-                      "::create_subclass_metadata\n    -> aot.create_subclass_metadata",
+                      "::create_subclass_metadata\n    -> aot_autograd.create_subclass_metadata",
                       proc.stdout)
         self.assertIn("OK:", proc.stdout)
 

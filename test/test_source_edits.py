@@ -143,7 +143,7 @@ class TestEditMechanics(TestCase):
         self.assertIs(fn.__closure__[i].cell_contents, _edit_api)
 
     def test_keyword_added_by_an_edit_keeps_its_default(self):
-        # opaque_members.register_opaque_type adds guard_fn=None, members=None
+        # library.register_opaque_type adds guard_fn=None, members=None
         # to torch 2.10's signature; the copy takes torch's own default
         # objects (scale is _DEFAULT itself, not a re-evaluated one) and the
         # added parameter keeps the default the edit gave it

@@ -467,6 +467,17 @@ class TestAblatePoints(unittest.TestCase):
         with self.assertRaises(SystemExit):
             ablate_points.select_units(points, names=["nope"])
 
+    def test_opt_in_group_is_left_out_together(self) -> None:
+        from dataclasses import replace
+
+        points = [
+            replace(_point("a.one", "t1"), group="g"),
+            replace(_point("b.two", "t2"), group="g"),
+            _point("b.three", "t3"),
+        ]
+        units = ablate_points.select_units(points, groups=["g"])
+        self.assertEqual(units[0], (("a.one", "b.two"), ("t1", "t2")))
+
     def test_parse_junit_node_ids(self) -> None:
         xml = textwrap.dedent("""\
             <testsuites><testsuite>

@@ -160,7 +160,7 @@ def _frames_of_compiled_is_fake() -> tuple[int, int]:
 
 
 @pytest.mark.skipif(
-    not any(p.name == "fake.is_fake" for p in MODES.get(Mode.BACKPORT, ())),
+    not any(p.name == "fake_tensors.is_fake" for p in MODES.get(Mode.BACKPORT, ())),
     reason=f"torch {VERSION}: no backport of is_fake here (torch 2.10/2.11 only)",
 )
 def test_skipped_replacement_runs_like_torchs_in_a_compiled_function():

@@ -5,7 +5,7 @@ Every test is marked :func:`harness.upstream_bug` with the upstream PR and the
 releases that ship the bug: run in mode ``native`` (nothing installed) on
 such a release it must fail (xfail); with ``install()`` (``native+fixes``,
 ``forced``, ``backport``) or the patch series (``patched``) it must pass.
-The fixes are the points in ``torch_subclass_rt/points/fixes.py``.
+The fixes are the points in ``torch_subclass_rt/points/_upstream_fixes.py``.
 Test names follow the upstream tests of the same cases.
 """
 
@@ -296,7 +296,7 @@ class TestUpstreamFixes(TestCase):
         # argument is missing.
         from torch.export.pt2_archive import _package
 
-        stock_load = _release_function(self, _package._load_exported_programs, "fix._load_exported_programs.opaque_constant")
+        stock_load = _release_function(self, _package._load_exported_programs, "export._load_exported_programs.opaque_constant")
         buf = io.BytesIO()
         torch.export.save(torch.export.export(ScaleByConfig(), (torch.ones(3),)), buf)
         with mock.patch.object(_package, "_load_exported_programs", stock_load):
@@ -321,7 +321,7 @@ class TestUpstreamFixes(TestCase):
         # release: same records, same order, same bytes.
         from torch.export.pt2_archive import _package
 
-        stock_save = _release_function(self, _package._package_exported_programs, "fix._package_exported_programs.opaque_constant")
+        stock_save = _release_function(self, _package._package_exported_programs, "export._package_exported_programs.opaque_constant")
 
         class M(torch.nn.Module):
             def __init__(self):

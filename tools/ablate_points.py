@@ -33,9 +33,10 @@ Usage (from the repository root, in the environment of the torch to check)::
 
     python tools/ablate_points.py                       # mode from TSRT_MODE / torch
     python tools/ablate_points.py --mode forced -j 2
-    python tools/ablate_points.py --point functional.is_fun
-    python tools/ablate_points.py --group functional    # all "functional.*" at once
-    python tools/ablate_points.py --discover test/test_opaque_subclass_attrs.py --point fake.is_fake
+    python tools/ablate_points.py --point aot_autograd.is_fun
+    python tools/ablate_points.py --group library       # all "library.*" at once
+    python tools/ablate_points.py --group dtensor       # the opt-in group "dtensor"
+    python tools/ablate_points.py --discover test/test_opaque_subclass_attrs.py --point fake_tensors.is_fake
 """
 
 from __future__ import annotations
@@ -133,9 +134,10 @@ def select_units(
 ) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     """What to ablate: (point names left out together, tests they name).
 
-    No names and no groups: every point on its own. ``groups`` are name
-    prefixes ("functional" selects every "functional.*" point), ablated as
-    one unit whose tests are the union of its points' tests.
+    No names and no groups: every point on its own. A group is a point
+    module ("library" selects every "library.*" point) or an opt-in group
+    ("dtensor": every point with ``group="dtensor"``), ablated as one unit
+    whose tests are the union of its points' tests.
     """
     by_name = {p.name: p for p in points}
     names, groups = list(names), list(groups)
@@ -147,7 +149,11 @@ def select_units(
         )
     units: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
     for group in groups:
-        members = [p for p in points if p.name.startswith(group.rstrip(".") + ".")]
+        members = [
+            p
+            for p in points
+            if p.name.startswith(group.rstrip(".") + ".") or getattr(p, "group", "") == group
+        ]
         if not members:
             raise SystemExit(f"group {group!r} selects no point for this torch/mode")
         tests = tuple(dict.fromkeys(t for p in members for t in p.guarded_by))
@@ -318,7 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--mode", help="backport, forced or native+fixes (default: TSRT_MODE, else by torch version)")
     ap.add_argument("--point", action="append", default=[], help="ablate only this point (repeatable)")
     ap.add_argument("--group", action="append", default=[],
-                    help="leave out every point whose name starts with GROUP. together")
+                    help="leave out together every point whose name starts with GROUP. "
+                         "or whose opt-in group is GROUP (e.g. dtensor)")
     ap.add_argument("--exclusive", action="store_true",
                     help="ablate only the points that apply to this torch release alone "
                          "(the ones it shares are ablated on the other release)")

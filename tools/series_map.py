@@ -63,19 +63,20 @@ NOT_YET_IN_SERIES_GROUPS: Mapping[str, str] = {}
 #: same reason: their change is not ported into the series yet (a debt
 #: named by its issue). Remove a point from here in the change that ports it.
 NOT_YET_IN_SERIES_POINTS: Mapping[str, str] = {
-    name: "issue 23: fakes of DeviceMesh / ProcessGroup / user opaques as on torch 2.13"
+    name: "fakes of DeviceMesh / ProcessGroup / user opaques as on torch 2.13"
     for name in (
-        "distributed_opaques.FakeScriptObject.__hash__",
-        "distributed_opaques.FakeScriptObject.__deepcopy__",
-        "distributed_opaques.weak._WeakHashRef",
-        "distributed_opaques.TorchInGraphFunctionVariable.call_function",
-        "tracing.wrap_key",
-        "derived_submesh._extract_fwd_bwd_modules",
-        "derived_submesh._aot_stage2a_partition",
+        "library.FakeScriptObject.__hash__",
+        "library.FakeScriptObject.__deepcopy__",
+        "utils.weak._WeakHashRef",
+        "dynamo.TorchInGraphFunctionVariable.call_function",
+        "fx.wrap_key",
+        "partitioners._extract_fwd_bwd_modules",
+        "aot_autograd._aot_stage2a_partition",
     )
 }
 
 # Note [One numbering for every series]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 #     The series for an older base is the newest series ported to it: its
 #     patch N (N >= 0001) is patch N of patches/v2.11.0, with the same
 #     subject, and the changes that base needs first (what 2.11 has and 2.10

@@ -9,7 +9,9 @@ package ships the same pair of classes, and ``tsrt.OpaqueBase`` is this one.
 ``tsrt.register_opaque`` requires it on 2.10, as 2.11's
 ``register_opaque_type`` requires 2.11's.
 
-Note [OpaqueBase on torch 2.10]: the instance check below, torch 2.11's
+Note [OpaqueBase on torch 2.10]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+The instance check below, torch 2.11's
 ``OpaqueBaseMeta.__instancecheck__`` and the ``torch/_opaque_base.py``
 that patch 0000 of the v2.10.0 series adds must answer alike. Unlike
 2.11's, this one and the series' read ``real_obj`` without

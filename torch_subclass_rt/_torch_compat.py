@@ -58,7 +58,7 @@ FORCED_VERSIONS: tuple[str, ...] = ("2.13.0",)
 #: first release with native opaque attrs in ``__tensor_flatten__`` (PR 176457).
 NATIVE_SINCE: tuple[int, int] = (2, 12)
 #: native releases that lack later upstream fixes to this feature; install()
-#: applies the fix points there (mode "native+fixes", points/fixes.py). A
+#: applies the fix points there (mode "native+fixes", points/_upstream_fixes.py). A
 #: native release not listed here has no known bug and stays "native".
 FIXES_VERSIONS: tuple[str, ...] = ("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1")
 
@@ -135,7 +135,7 @@ def _opaque_api(new: str, old: str) -> Any:
 def has_opaque_members() -> bool:
     """Whether this torch's opaque registration takes ``guard_fn`` and
     ``members`` (what Dynamo may read off an opaque): torch >= 2.11, and
-    torch 2.10 while ``install()`` is active (points/opaque_members.py)."""
+    torch 2.10 while ``install()`` is active (points/_opaque_members.py)."""
     return hasattr(_opaque_object_module(), "MemberType")
 
 
@@ -221,7 +221,7 @@ def is_opaque_attr(value: object, *, fake: bool | None = None) -> bool:
     Not covered on purpose: "any FakeScriptObject" (TorchScript objects
     included; Dynamo's op-output checks in ``points/dynamo.py``), and
     unwrapping a FakeScriptObject whose ``real_obj`` may be missing
-    (``points/tracing.py``, ``points/dtensor.py``).
+    (``points/_tracing.py``, ``points/_dtensor.py``).
     """
     if isinstance(value, torch.Tensor) or not is_opaque_object(value):
         return False

@@ -37,6 +37,7 @@ Examples per test: ``TSRT_FUZZ_EXAMPLES`` (default 200; the matrix runs 100),
 reproducer (case, function source, replay snippet).
 
 Note [Sharing within one input]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
     Cases share opaques across inputs, never between two slots of one input
     (or an outer and inner subclass of one nested input): native torch 2.13
     does not guard such sharing (after breaking it an output can carry the
@@ -44,6 +45,7 @@ Note [Sharing within one input]
     but the suite leaves them out so every mode checks the same space.
 
 Note [Native AOTAutogradCache and broken sharing]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
     Native 2.13 with AOTAutogradCache and the FX graph cache both on (the
     defaults) serves the graph compiled for *shared* opaques to the
     recompile after the sharing is broken, so an output carries the other

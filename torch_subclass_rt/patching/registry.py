@@ -46,7 +46,7 @@ class PatchError(RuntimeError):
 
 @dataclass(frozen=True)
 class PatchPoint:
-    #: short stable id, e.g. "aot.create_subclass_metadata"
+    #: short stable id, e.g. "aot_autograd.create_subclass_metadata"
     name: str
     #: "module:attr" or "module:Class.attr"
     target: str

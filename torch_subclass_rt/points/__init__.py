@@ -1,20 +1,47 @@
 """Declared patch points, one module per torch subsystem.
 
-Each module exposes ``POINTS: list[PatchPoint]``. :func:`all_points` is the
-registry: the one list ``install()`` selects from by torch version and mode.
+Each public module exposes ``POINTS: list[PatchPoint]``. :func:`all_points`
+is the registry: the one list ``install()`` selects from by torch version and
+mode.
 
-Note [Points shared by torch 2.10 and 2.11]: the backport is one set of
-points for both releases (``ONLY_BACKPORT``). A replacement's docstring
-names the 2.11.0 function it replaces; on 2.10.0 the target is the same
-function, and every source edit is checked against 2.10's text when it is
-built (an edit that does not match fails the install, before anything is
-touched). Where 2.10 needs something else, the point is declared twice
-under one name: ``ONLY_2_11`` and ``ONLY_2_10`` (e.g. ``fake.is_fake``,
-whose importers differ), so status, ablation and the series map see one
-point per release. What 2.10 cannot take (DTensor's opaque-mesh flatten,
-whose DTensor internals differ) is ``ONLY_2_11``; what 2.11 already has
-and 2.10 lacks is ``torch_2_11_base`` and ``opaque_members`` (opaque
-members and ``guard_fn``; ``ONLY_2_10``).
+Note [One module per torch subsystem]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A point is declared in the module of the torch package its target lives in
+(``SUBSYSTEMS`` names each module's packages; ``dynamo`` holds every
+``VariableBuilder`` point, ``library`` every ``FakeScriptObject`` one), and
+its name is ``<module>.<target attribute>[.<what it fixes>]``. What a point
+is for -- its torch versions, modes, opt-in group, the upstream fix it
+carries, its series counterpart -- are fields of the point, never the module
+it sits in. The replacement code several subsystems share, one change at a
+time, lives in the private modules (``_torch_2_11_base``: what torch 2.11
+has and 2.10 lacks; ``_opaque_members``; ``_distributed_opaques``;
+``_derived_submesh``; ``_dtensor``; ``_lazy_members``; ``_upstream_fixes``;
+``_tracing``; ``_functional``; ``_parametrize``; ``_validation``), which
+declare no point. test/test_point_layout.py checks all of it.
+
+Note [Points shared by torch 2.10 and 2.11]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+The backport is one set of points for both releases (``ONLY_BACKPORT``). A
+replacement's docstring names the 2.11.0 function it replaces; on 2.10.0 the
+target is the same function, and every source edit is checked against 2.10's
+text when it is built (an edit that does not match fails the install, before
+anything is touched). Where 2.10 needs something else, the point is declared
+once with ``_versions.per_release`` (its 2.11 and 2.10 builds, and whatever
+else differs, e.g. ``fake_tensors.is_fake``, whose importers differ), which
+yields one ``ONLY_2_11`` and one ``ONLY_2_10`` point of one name, so status,
+ablation and the series map see one point per release. What 2.10 cannot take
+(DTensor's opaque-mesh flatten, whose DTensor internals differ) is
+``ONLY_2_11``; what 2.11 already has and 2.10 lacks (opaque members,
+``guard_fn``, opaques saved for backward) is ``ONLY_2_10``.
+
+Note [Install order of stacked points]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+Two points of one release and mode may share a target only when the second
+carries an upstream fix (``upstream_fix``) that wraps the first's
+replacement (``registry.plan``). :func:`all_points` therefore puts every
+point that carries an upstream fix after every point that does not, keeping
+the declared order otherwise; no other order between points matters (every
+replacement is built from torch's original before any is set).
 """
 
 from __future__ import annotations
@@ -23,34 +50,39 @@ import importlib
 
 from ..patching.registry import PatchPoint
 
-#: subsystem modules, in install order (AOTAutograd's runtime first, then the
-#: layers that feed it: fake/meta tensors, guard building, Dynamo, and the
-#: APIs outside torch.compile).
-SUBSYSTEMS: tuple[str, ...] = (
-    # torch 2.10 only: what 2.11 has and the rest builds on
-    "torch_2_11_base",
-    "opaque_members",
-    "aot_autograd",
-    "functional",
-    "tracing",
-    "fake_tensors",
-    "guards",
-    "dynamo",
-    "validation",
-    "inductor",
-    "export",
-    "parametrize",
-    "distributed",
-    "distributed_opaques",
-    "derived_submesh",
-    "dtensor",  # opt-in group "dtensor" (install(dtensor=True))
-    # last: a fix point may stack on a backport point of the same target
-    "fixes",
-    # PR 193452's fix (resolve opaque members when read), on every release
-    # with opaque members; after torch_2_11_base, whose maybe_to_fake_obj
-    # it wraps on 2.10
-    "lazy_members",
-)
+#: the point modules, each with the torch packages its targets live in (the
+#: longest matching package decides; Note [One module per torch subsystem])
+SUBSYSTEMS: dict[str, tuple[str, ...]] = {
+    "aot_autograd": ("torch._functorch._aot_autograd", "torch._functorch.aot_autograd"),
+    "partitioners": ("torch._functorch.partitioners",),
+    "library": ("torch._library", "torch._opaque_base", "torch_subclass_rt._opaque_base"),
+    "fake_tensors": ("torch._subclasses",),
+    "fx": ("torch.fx",),
+    "guards": ("torch._dynamo.guards",),
+    "dynamo": ("torch._dynamo",),
+    "inductor": ("torch._inductor",),
+    "export": ("torch._export", "torch.export"),
+    "nn": ("torch.nn",),
+    "distributed": ("torch.distributed",),
+    "utils": ("torch.utils",),
+}
+
+
+def subsystem_of(target: str) -> str | None:
+    """The point module a ``"module:attr"`` target belongs in."""
+    module = target.partition(":")[0]
+    best: tuple[int, str] | None = None
+    for name, packages in SUBSYSTEMS.items():
+        for package in packages:
+            if module == package or module.startswith(package + "."):
+                if best is None or len(package) > best[0]:
+                    best = (len(package), name)
+    return None if best is None else best[1]
+
+
+def install_order(points: list[PatchPoint]) -> list[PatchPoint]:
+    """Note [Install order of stacked points]: upstream fixes last."""
+    return sorted(points, key=lambda p: bool(p.upstream_fix))
 
 
 #: changes of the patch series that no patch point stands for, each with why
@@ -86,4 +118,4 @@ def all_points() -> list[PatchPoint]:
     points: list[PatchPoint] = []
     for name in SUBSYSTEMS:
         points.extend(importlib.import_module(f"{__name__}.{name}").POINTS)
-    return points
+    return install_order(points)

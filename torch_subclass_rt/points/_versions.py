@@ -1,6 +1,9 @@
 """Version sets the point modules declare themselves for."""
 
+from typing import Any
+
 from .._modes import Mode
+from ..patching.registry import PatchPoint
 from .._torch_compat import BACKPORT_VERSIONS, FORCED_VERSIONS
 
 BACKPORT = frozenset(BACKPORT_VERSIONS)
@@ -19,7 +22,7 @@ ONLY_FORCED = {"versions": FORCED, "modes": frozenset({Mode.FORCED})}
 #: ONLY_2_10: its source differs)
 ONLY_2_11 = {"versions": frozenset({"2.11.0"}), "modes": frozenset({Mode.BACKPORT})}
 #: the backport on torch 2.10 only: what torch 2.11 already has
-#: (points/torch_2_11_base.py, points/opaque_members.py), or 2.10's
+#: (points/_torch_2_11_base.py, points/_opaque_members.py), or 2.10's
 #: variant of an ONLY_2_11 point
 ONLY_2_10 = {"versions": frozenset({"2.10.0"}), "modes": frozenset({Mode.BACKPORT})}
 
@@ -40,3 +43,19 @@ def upstream_fix(*versions: str) -> dict:
     if set(versions) & BACKPORT:
         modes.add(Mode.BACKPORT)
     return {"versions": frozenset(versions), "modes": frozenset(modes)}
+
+
+def per_release(*, v2_11: dict, v2_10: dict, **common: Any) -> list[PatchPoint]:
+    """One backport point whose 2.10 and 2.11 variants differ (Note [Points
+    shared by torch 2.10 and 2.11]): the fields both share, and for each
+    release what differs (its ``build``, target, rebinds, series or
+    guards). Returns the two points, one
+    name, for ``POINTS`` to splice in (``*per_release(...)``)."""
+    if not v2_11 or not v2_10:
+        raise ValueError(f"{common.get('name')}: per_release without a difference")
+    if set(common) & (set(v2_11) | set(v2_10)):
+        raise ValueError(f"{common.get('name')}: a field is both shared and per release")
+    return [
+        PatchPoint(**common, **v2_11, **ONLY_2_11),
+        PatchPoint(**common, **v2_10, **ONLY_2_10),
+    ]

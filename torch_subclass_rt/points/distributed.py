@@ -1,8 +1,13 @@
-"""torch.distributed helpers that flatten subclasses, with opaque attrs (2.11).
+"""``torch.distributed``: its helpers that flatten subclasses, and DTensor.
 
-Both read every attr of ``__tensor_flatten__`` as a tensor. Torch 2.12 skips
+``get_untyped_storages`` and FSDP's ``_sync_module_params_and_buffers``
+(torch 2.10 / 2.11) both read every attr of ``__tensor_flatten__`` as a tensor. Torch 2.12 skips
 opaque attrs: an opaque has no storage to count and nothing to broadcast (a
 reference opaque such as a mesh handle is per-rank state, not data).
+
+``DTensor.__tensor_flatten__`` & co. (opt-in group "dtensor", torch 2.11):
+the mesh as an opaque inner attr, as 2.13 has it; the code and the reasons
+are in ``_dtensor``.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from .._torch_compat import is_opaque_attr
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._versions import ONLY_BACKPORT
+from ._versions import ONLY_2_11, ONLY_BACKPORT
+from . import _dtensor
 
 def _build_get_untyped_storages(original):
     """Replaces ``torch.distributed._tools.common_utils.get_untyped_storages``
@@ -113,5 +119,35 @@ POINTS = [
             "::test_fsdp_sync_module_states_skips_opaque_attrs_cpu",
         ),
         **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="distributed.DTensor.__tensor_flatten__",
+        target="torch.distributed.tensor._api:DTensor.__tensor_flatten__",
+        series=("0014 torch/distributed/tensor/_api.py::DTensor.__tensor_flatten__",),
+        build=lambda _original: _dtensor._tensor_flatten,
+        reason="DTensor's mesh is an inner attr (an opaque graph input), as in torch 2.13",
+        group=_dtensor.GROUP,
+        guarded_by=(_dtensor._GUARD + "test_equal_meshes_one_compile_cpu",),
+        **ONLY_2_11,
+    ),
+    PatchPoint(
+        name="distributed.DTensor.__tensor_unflatten__",
+        target="torch.distributed.tensor._api:DTensor.__tensor_unflatten__",
+        series=("0014 torch/distributed/tensor/_api.py::DTensor.__tensor_unflatten__",),
+        build=lambda _original: staticmethod(_dtensor._tensor_unflatten),
+        reason="DTensor's spec is rebuilt around the mesh passed at run time, as in torch 2.13",
+        group=_dtensor.GROUP,
+        guarded_by=(_dtensor._GUARD + "test_dtensor_input_fwd_bwd_aot_eager_cpu",),
+        **ONLY_2_11,
+    ),
+    PatchPoint(
+        name="distributed.DTensor.__coerce_same_metadata_as_tangent__",
+        target="torch.distributed.tensor._api:DTensor.__coerce_same_metadata_as_tangent__",
+        series=("0014 torch/distributed/tensor/_api.py::DTensor.__coerce_same_metadata_as_tangent__",),
+        build=lambda _original: _dtensor._coerce_same_metadata_as_tangent,
+        reason="a tangent's placements are read from the new flatten context",
+        group=_dtensor.GROUP,
+        guarded_by=(_dtensor._GUARD + "test_dtensor_input_fwd_bwd_aot_eager_cpu",),
+        **ONLY_2_11,
     ),
 ]

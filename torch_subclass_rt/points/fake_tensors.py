@@ -10,7 +10,6 @@ opaque object through to ``__tensor_unflatten__``; these points port that.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, Optional
 
 from torch import Tensor
@@ -19,7 +18,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from .._torch_compat import is_opaque_attr
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._versions import ONLY_2_10, ONLY_2_11, ONLY_BACKPORT
+from ._versions import ONLY_BACKPORT, per_release
 
 
 
@@ -180,29 +179,23 @@ _IS_FAKE_IMPORTERS = (
     "torch.testing._internal.subclasses",
 )
 
-_IS_FAKE = PatchPoint(
-    name="fake.is_fake",
-    target="torch._subclasses.fake_tensor:is_fake",
-    series=("0002 torch/_subclasses/fake_tensor.py::is_fake",),
-    build=_build_is_fake,
-    reason="'got mixed fake and real tensors!' on a subclass with an opaque attr",
-    rebinds=_IS_FAKE_IMPORTERS,
-    guarded_by=(
-        "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
-    ),
-    **ONLY_2_11,
-)
-
 POINTS = [
-    _IS_FAKE,
-    # 2.10's cudagraph_utils does not import is_fake
-    replace(
-        _IS_FAKE,
-        rebinds=tuple(m for m in _IS_FAKE_IMPORTERS if m != "torch._inductor.cudagraph_utils"),
-        **ONLY_2_10,
+    *per_release(
+        name="fake_tensors.is_fake",
+        target="torch._subclasses.fake_tensor:is_fake",
+        series=("0002 torch/_subclasses/fake_tensor.py::is_fake",),
+        build=_build_is_fake,
+        reason="'got mixed fake and real tensors!' on a subclass with an opaque attr",
+        guarded_by=(
+            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+        ),
+        v2_11=dict(rebinds=_IS_FAKE_IMPORTERS),
+        v2_10=dict(
+            rebinds=tuple(m for m in _IS_FAKE_IMPORTERS if m != "torch._inductor.cudagraph_utils"),
+        ),
     ),
     PatchPoint(
-        name="fake.maybe_get_fake_mode",
+        name="fake_tensors.maybe_get_fake_mode",
         target="torch._subclasses.fake_tensor:maybe_get_fake_mode",
         series=("0002 torch/_subclasses/fake_tensor.py::maybe_get_fake_mode",),
         build=_build_maybe_get_fake_mode,
@@ -214,7 +207,7 @@ POINTS = [
         **ONLY_BACKPORT,
     ),
     PatchPoint(
-        name="fake.MetaTensorDescriber.describe_tensor",
+        name="fake_tensors.MetaTensorDescriber.describe_tensor",
         target="torch._subclasses.meta_utils:MetaTensorDescriber.describe_tensor",
         # the series adds MetaTensorDesc.opaque_attrs; we keep them on the
         # desc instance (points/_fake_opaque_attrs.py says why)
@@ -230,7 +223,7 @@ POINTS = [
         **ONLY_BACKPORT,
     ),
     PatchPoint(
-        name="fake.MetaConverter.meta_tensor",
+        name="fake_tensors.MetaConverter.meta_tensor",
         target="torch._subclasses.meta_utils:MetaConverter.meta_tensor",
         series=("0002 torch/_subclasses/meta_utils.py::MetaConverter.meta_tensor",),
         build=_build_meta_tensor,

@@ -1,46 +1,14 @@
-"""Guard building: ``ShapeEnv.produce_guards_verbose`` on subclasses with opaques.
-
-For a subclass input, 2.11 pairs every ``__tensor_flatten__`` attr with its
-inner symbolic context (``context.inner_contexts[attr]``) to guard its sizes
-and strides. Opaque attrs have no sizes and no symbolic context (Dynamo's
-``_automatic_dynamic`` does not create one for them, as in 2.12), so the
-lookup raised ``KeyError``. torch 2.12 skips them in that loop; so do we,
-with a one-line source edit of the 818-line method.
+"""Dynamo's guards (``torch._dynamo.guards``) on opaques: the guard-state
+pickler (caching compiled guards) and 2.11's ``guard_fn`` guard for torch
+2.10 (``GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH``).
 """
 
 from __future__ import annotations
 
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._versions import ONLY_BACKPORT
-
-
-def _build_produce_guards_verbose(original):
-    """``torch.fx.experimental.symbolic_shapes.ShapeEnv.produce_guards_verbose``
-    (torch 2.11.0) with one edit. Differs from 2.11, as 2.12: opaque attrs of
-    a subclass input are skipped when guarding inner sizes and strides (they
-    have neither, nor a symbolic context). Note [install() is transparent
-    without opaques]: identical (torch's own source; without opaques no attr
-    is skipped)."""
-    return edited_function(
-        original,
-        [
-            Edit(
-                """
-                for attr in attrs:
-                    inner_t = getattr(t, attr)
-                    inner_context = context.inner_contexts[attr]
-                """,
-                """
-                for attr in attrs:
-                    inner_t = getattr(t, attr)
-                    if __tsrt__.is_opaque_attr(inner_t):
-                        continue  # no sizes/strides to guard (torch 2.12)
-                    inner_context = context.inner_contexts[attr]
-                """,
-            ),
-        ],
-    )
+from ._versions import ONLY_2_10, ONLY_BACKPORT
+from . import _opaque_members
 
 
 def _build_guards_state_reducer_override(original):
@@ -78,6 +46,16 @@ def _build_guards_state_reducer_override(original):
 
 POINTS = [
     PatchPoint(
+        name="guards.GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH",
+        target="torch._dynamo.guards:GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH",
+        build=lambda _original: _opaque_members.OPAQUE_OBJ_GUARD_FN_MATCH,
+        new_attribute=True,
+        reason="guard a reference opaque on its guard_fn values (torch 2.11)",
+        series=("0000 torch/_dynamo/guards.py::GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH",),
+        guarded_by=(f"{_opaque_members._MEMBERS_TEST}::test_other_dim_names_recompile_cpu",),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
         name="guards.GuardsStatePickler.reducer_override",
         target="torch._dynamo.guards:GuardsStatePickler.reducer_override",
         build=_build_guards_state_reducer_override,
@@ -91,17 +69,6 @@ POINTS = [
         guarded_by=(
             "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
             "::test_guard_pickle_subclass_with_opaque_inner_attr_cpu",
-        ),
-        **ONLY_BACKPORT,
-    ),
-    PatchPoint(
-        name="guards.ShapeEnv.produce_guards_verbose",
-        target="torch.fx.experimental.symbolic_shapes:ShapeEnv.produce_guards_verbose",
-        build=_build_produce_guards_verbose,
-        reason="KeyError on context.inner_contexts[attr] for an opaque attr",
-        series=("0002 torch/fx/experimental/symbolic_shapes.py::ShapeEnv.produce_guards_verbose",),
-        guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
         ),
         **ONLY_BACKPORT,
     ),

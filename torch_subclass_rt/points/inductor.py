@@ -1,4 +1,6 @@
-"""Inductor's FX-graph cache key for opaque graph inputs (2.11).
+"""Inductor with opaque graph inputs (torch 2.10 / 2.11).
+
+The FX-graph cache key:
 
 A reference opaque in a subclass's flatten attrs reaches Inductor as a
 ``FakeScriptObject`` graph input. 2.11's cache-key pickler pickles its real
@@ -11,6 +13,9 @@ runtime input, and anything Dynamo read off it at compile time (guard_fn
 values, USE_REAL members) is baked into the graph, whose code is part of the
 key already. So the key names the opaque's type, as AOTAutogradCache does for
 opaques in 2.12+.
+
+On torch 2.10 only, ``GraphLowering.output`` takes an opaque graph output, as
+2.11 does (code in ``_torch_2_11_base``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from .._torch_compat import is_reference_opaque_type
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ._versions import ONLY_2_10, ONLY_2_11, ONLY_BACKPORT
+from . import _torch_2_11_base
 
 
 def _build(original):
@@ -104,6 +110,17 @@ def _build_benchmark_compiled_module(original):
 
 
 POINTS = [
+    PatchPoint(
+        name="inductor.GraphLowering.output",
+        target="torch._inductor.graph:GraphLowering.output",
+        build=_torch_2_11_base._build_graph_lowering_output,
+        reason="Inductor asserted that no graph output is an opaque",
+        series=(
+            "0000 torch/_inductor/graph.py::GraphLowering.output",
+        ),
+        guarded_by=(_torch_2_11_base._INDUCTOR_TEST,),
+        **ONLY_2_10,
+    ),
     PatchPoint(
         name="inductor.FxGraphCachePickler._reduce_fake_script_object",
         target="torch._inductor.codecache:FxGraphCachePickler._reduce_fake_script_object",

@@ -1,10 +1,15 @@
-"""Our AOTAutograd subclass runtime with opaque attrs (no patching in here).
+"""Our AOTAutograd subclass runtime with opaque attrs: the code torch calls
+into once ``install()`` ran. Nothing here patches torch or builds a
+replacement; the points that put this code in torch's place are in
+``points/`` (``points/aot_autograd.py``).
 
 ``flatten`` builds subclass metadata and unwraps subclass arguments into the
 flat list (inner tensors, opaques, symints); ``wrap`` rebuilds subclasses from
-that list; ``tangents`` prepares runtime tangents for the backward. Opaques take
-one slot in the flat list, marked by :class:`~.meta.OpaqueMeta`.
-See Note [Opaque attrs in the flat argument list] in ``flatten``.
+that list; ``tangents`` prepares runtime tangents for the backward; ``codegen``
+and ``grad_codegen`` generate the per-call forward wrapper and the backward's
+grad rebuild; ``errors`` holds the messages. Opaques take one slot in the flat
+list, marked by :class:`~.meta.OpaqueMeta`. See Note [Opaque attrs in the flat
+argument list] in ``flatten``.
 
 Note [install() is transparent without opaques]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -32,7 +37,7 @@ gets, at trace time, an error naming the subclass and the attr (torch
 
 The other exception is a class of points, the fixes for torch 2.10/2.11
 bugs outside the feature that block parity with native 2.13
-(``points/fixes.py``, Note [Scope of the fixes outside the feature]): they
+(``points/_upstream_fixes.py``, Note [Scope of the fixes outside the feature]): they
 apply to every graph, so a program that fails on stock 2.10/2.11 only
 because of such a bug (a subclass without a ``__repr__`` of its own,
 compiled) passes once ``install()`` ran. They never change a program that
@@ -65,7 +70,7 @@ what the series' ``creation_fn`` computes per call (with its fixed
 ``compute_outer_size_and_stride``): same results, so both sides change
 together there too. The exceptions, which stay out of the series because
 they change speed only, say so in their module docstrings:
-``call_wrapper``/``codegen`` and ``grad_codegen`` (the series keeps 2.11's
+``codegen`` and ``grad_codegen`` (the series keeps 2.11's
 loop and walker, which reach the opaque slot through its ``creation_fn``).
 """
 

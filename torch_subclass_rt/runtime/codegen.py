@@ -46,7 +46,8 @@ inductor freezing (``frozen_inp_indices``: ``None`` in their slot) and the
 ``act_input_indices`` that 2.11's metadata lacks, and asserts the type of
 every other subclass argument; ours hands any call whose subclass
 arguments are not exactly the compiled types to ``torch_loop``.
-Installed only in backport mode (``call_wrapper``), speed only, outside the
+Installed only in backport mode (the point
+``aot_autograd.AOTDispatchSubclassWrapper.post_compile``), speed only, outside the
 patch series (CONTRIBUTING.md).
 
 Note [Generated wrappers and the plans rebuild alike]

@@ -1,4 +1,4 @@
-"""Straight-line source for the compiled backward's grad rebuild (2.11).
+"""Straight-line source for the compiled backward's grad rebuild (2.10 / 2.11).
 
 After the compiled backward returns its flat grads, the epilogue rebuilds a
 subclass grad for every subclass input (``grad_input_metas``). torch 2.11
@@ -23,9 +23,10 @@ slot per opaque, holding the object itself. Upstream counterpart: torch
 function 2.13's generated backward epilogue calls; ours is our own
 generator for 2.11's functional epilogue, not a copy.
 
-Replaces nothing that changes behaviour: ``backward_epilogue`` stands in for
-torch 2.11.0's ``runtime_wrappers._backward_epilogue_functional`` and lets
-the original do everything but the subclass rebuild (backward tokens, the
+Changes nothing but speed: the point
+``aot_autograd._backward_epilogue_functional`` (``points/aot_autograd.py``)
+stands in for torch 2.11.0's ``runtime_wrappers._backward_epilogue_functional``
+and lets the original do everything but the subclass rebuild (backward tokens, the
 functionalized-rng offset). Every case the generated function does not
 cover goes to torch's own path with the same arguments, so it returns or
 raises exactly what torch 2.11 + our runtime did: a flat grad list of
@@ -38,9 +39,7 @@ in the graph). Not part of the patch series: speed only.
 
 from __future__ import annotations
 
-import functools
 import logging
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -96,69 +95,4 @@ def build_grad_wrapper(
         log=log,
         title="generated grad wrapper",
         artifact="torch_subclass_rt_grad_wrapper",
-    )
-
-
-#: SubclassMeta (identity-hashed dataclass) -> generated function, or None
-#: where torch's path runs; held weakly so a freed compiled function frees it
-_generated: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
-
-
-def backward_epilogue(original: Callable[..., Any]) -> Callable[..., Any]:
-    """build(): replaces ``torch._functorch._aot_autograd.runtime_wrappers.
-    _backward_epilogue_functional`` (torch 2.11.0, backport only).
-
-    Differs from 2.11: nothing a caller can see. The subclass grads of a
-    compiled backward are rebuilt by a function generated once per
-    ``SubclassMeta`` instead of 2.11's walk over ``grad_input_metas``
-    (``wrap_tensor_subclasses``) on every backward; everything else, and
-    every case the generated function does not cover, is 2.11's own
-    function (module docstring). Note [install() is transparent without
-    opaques]: delegation."""
-
-    @functools.wraps(original)
-    def _backward_epilogue_functional(
-        metadata: Any,
-        maybe_subclass_metadata: Any,
-        out: Any,
-        *,
-        make_subclass_override: Any = None,
-    ) -> tuple[Any, ...]:
-        if (
-            maybe_subclass_metadata is None
-            or make_subclass_override is not None
-            or maybe_subclass_metadata.grad_input_metas is None
-        ):
-            return original(
-                metadata, maybe_subclass_metadata, out,
-                make_subclass_override=make_subclass_override,
-            )
-        fn = _generated.get(maybe_subclass_metadata, False)
-        if fn is False:
-            # first backward: the metadata is runtime-safe by now
-            # (make_runtime_safe() runs when the function is compiled)
-            walk = functools.partial(_walk, maybe_subclass_metadata.grad_input_metas)
-            try:
-                fn = build_grad_wrapper(maybe_subclass_metadata.grad_input_metas, walk)
-            except _NotGenerated:
-                fn = None
-            _generated[maybe_subclass_metadata] = fn
-        if fn is None:
-            return original(metadata, maybe_subclass_metadata, out)
-        # torch's epilogue without the subclass step: tokens, rng offset, tuple
-        return fn(original(metadata, None, out))
-
-    return _backward_epilogue_functional
-
-
-def _walk(grad_input_metas: Sequence[Any], outs: Any) -> tuple[Any, ...]:
-    """torch 2.11's subclass step of the epilogue, as it calls it."""
-    from torch._functorch._aot_autograd import runtime_wrappers
-
-    return runtime_wrappers.wrap_tensor_subclasses(
-        outs,
-        subclass_metas=grad_input_metas,
-        included_subclass_symints=True,
-        is_runtime=True,
-        make_subclass_override=None,
     )

@@ -6,7 +6,8 @@ was traced, and flattened into the backward's inputs. Opaque attrs are not
 differentiable; they keep their flat slot and are passed through untouched.
 
 Replaces ``AOTDispatchAutograd.process_runtime_tangent`` in forced mode
-only (torch 2.13.0) through :func:`build`; not installed on 2.11, whose
+only (torch 2.13.0; the point ``aot_autograd.process_runtime_tangent``
+dispatches here); not installed on 2.10 / 2.11, whose
 function already passes a non-tensor attr through as its own flat leaf,
 which is all an opaque slot needs (points/aot_autograd.py). Note [install()
 is transparent without opaques]: delegation. A tangent whose metadata holds
@@ -20,7 +21,6 @@ compile id and stack trace the caller passed (test/test_tangent_errors.py).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +28,6 @@ import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ._torch_names import aot
-from .plans import has_opaque
 from .meta import OpaqueMeta
 
 
@@ -45,24 +44,6 @@ def _coerce_metadata(x: Any, expected_type: Any, expected_meta: Any, runtime_typ
         # Subclasses written before the 2-argument form take only the meta.
         return coerce(expected_meta)
     return coerce(expected_meta, expected_type)
-
-
-def build(original: Any) -> staticmethod:
-    """build() of the point: torch's function for metadata without opaques,
-    ours for metadata with one (see the module docstring).
-
-    The dispatcher passes on every argument it got (2.13's generated
-    backward prologue passes tangent index, descriptor, compile id and stack
-    trace positionally), so our function can raise 2.13's detailed error."""
-    torch_fn = original.__func__ if isinstance(original, staticmethod) else original
-
-    @functools.wraps(torch_fn)
-    def process_runtime_tangent_dispatch(x: Any, meta: Any, *rest: Any, **kw: Any) -> Any:
-        if not has_opaque(meta):
-            return torch_fn(x, meta, *rest, **kw)
-        return process_runtime_tangent(x, meta, *rest, recurse=process_runtime_tangent_dispatch, **kw)
-
-    return staticmethod(process_runtime_tangent_dispatch)
 
 
 def _mismatch(

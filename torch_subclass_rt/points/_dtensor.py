@@ -8,17 +8,20 @@ the mesh is a graph input: one compiled graph serves every equal mesh, and
 outputs / grads carry the caller's mesh, not the one seen at compile time
 (2.11 keeps the whole ``_spec``, mesh included, in the context).
 
-These points give 2.11's DTensor the same flatten. They are a group of
+The points ``distributed.DTensor.__tensor_flatten__``,
+``__tensor_unflatten__`` and ``__coerce_same_metadata_as_tangent__`` give
+2.11's DTensor the same flatten. They are a group of
 their own, applied only by ``install(dtensor=True)``: without them,
 ``install()`` leaves DTensor exactly as torch 2.11 has it. They need the
-DeviceMesh registration of ``points/distributed_opaques.py`` and what plain
+DeviceMesh registration of ``points/_distributed_opaques.py`` and what plain
 ``install()`` gives every fake of a mesh there (``isinstance``, equality
 and hashing as on 2.13, a mesh input handed to ``DTensor.from_local``); one further
 piece lives in ``points/dynamo.py`` because its target is already edited
 there: ``dynamo.VariableBuilder.wrap_tensor``'s DTensor branch accepts this
 flatten's context (:func:`flatten_ctx_ok`).
 
-``x.redistribute(x.device_mesh, placements)`` in the compiled code: 2.11's
+``x.redistribute(x.device_mesh, placements)`` in the compiled code (the
+point ``dynamo.TensorVariable.method_redistribute``): 2.11's
 Dynamo (``TensorVariable.method_redistribute``) bakes every argument into
 the graph as a Python constant, and the mesh is now a graph input
 ("TorchScriptObjectVariable(FakeScriptObject) is self-referential"; a
@@ -29,7 +32,7 @@ redistribute then uses the tensor's mesh, the caller's at run time), which
 is what DTensor does with it anyway: it only redistributes within one mesh,
 and both meshes are guarded (equal at run time as at compile time).
 
-On torch >= 2.13 DTensor flattens this way itself and ``dtensor=True`` adds
+On torch >= 2.12 DTensor flattens this way itself and ``dtensor=True`` adds
 nothing.
 """
 
@@ -37,8 +40,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..patching.registry import PatchPoint
-from ._versions import ONLY_2_11
 
 #: the point group install(dtensor=True) adds
 GROUP = "dtensor"
@@ -51,7 +52,9 @@ def _tensor_flatten(self):
     2.13's layout: the mesh is an inner attr (a reference opaque, a graph
     input), the context holds the rest of the spec.
 
-    Note [DTensor opaque-mesh flatten]: the context layout matches 2.13's
+    Note [DTensor opaque-mesh flatten]
+    ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    The context layout matches 2.13's
     (placements, tensor_meta, shard_order, requires_grad); keep it in sync
     with :func:`_tensor_unflatten` and :func:`flatten_ctx_ok`.
     """
@@ -117,7 +120,7 @@ def flatten_ctx_ok(value: Any, ctx: Any) -> bool:
 
 
 def _unwrap_fake_mesh(obj: Any) -> Any:
-    from .distributed_opaques import _unwrap_fake
+    from ._distributed_opaques import _unwrap_fake
 
     return _unwrap_fake(obj)
 
@@ -152,53 +155,3 @@ def _build_method_redistribute(original):
         return original(self, tx, *args, **kwargs)
 
     return method_redistribute
-
-
-POINTS = [
-    PatchPoint(
-        name="dtensor.TensorVariable.method_redistribute",
-        target="torch._dynamo.variables.tensor:TensorVariable.method_redistribute",
-        build=_build_method_redistribute,
-        reason="redistribute(x.device_mesh, ...) in compiled code: the opaque mesh input is the tensor's own",
-        series=(
-            "0014 torch/_dynamo/variables/tensor.py::TensorVariable.method_redistribute",
-            "0014 torch/_dynamo/variables/tensor.py::TensorVariable._is_own_opaque_mesh",
-        ),
-        group=GROUP,
-        guarded_by=(
-            _GUARD + "test_redistribute_own_mesh_aot_eager_cpu",
-            _GUARD + "test_redistribute_own_mesh_inductor_cpu",
-        ),
-        **ONLY_2_11,
-    ),
-    PatchPoint(
-        name="dtensor.DTensor.__tensor_flatten__",
-        target="torch.distributed.tensor._api:DTensor.__tensor_flatten__",
-        series=("0014 torch/distributed/tensor/_api.py::DTensor.__tensor_flatten__",),
-        build=lambda _original: _tensor_flatten,
-        reason="DTensor's mesh is an inner attr (an opaque graph input), as in torch 2.13",
-        group=GROUP,
-        guarded_by=(_GUARD + "test_equal_meshes_one_compile_cpu",),
-        **ONLY_2_11,
-    ),
-    PatchPoint(
-        name="dtensor.DTensor.__tensor_unflatten__",
-        target="torch.distributed.tensor._api:DTensor.__tensor_unflatten__",
-        series=("0014 torch/distributed/tensor/_api.py::DTensor.__tensor_unflatten__",),
-        build=lambda _original: staticmethod(_tensor_unflatten),
-        reason="DTensor's spec is rebuilt around the mesh passed at run time, as in torch 2.13",
-        group=GROUP,
-        guarded_by=(_GUARD + "test_dtensor_input_fwd_bwd_aot_eager_cpu",),
-        **ONLY_2_11,
-    ),
-    PatchPoint(
-        name="dtensor.DTensor.__coerce_same_metadata_as_tangent__",
-        target="torch.distributed.tensor._api:DTensor.__coerce_same_metadata_as_tangent__",
-        series=("0014 torch/distributed/tensor/_api.py::DTensor.__coerce_same_metadata_as_tangent__",),
-        build=lambda _original: _coerce_same_metadata_as_tangent,
-        reason="a tangent's placements are read from the new flatten context",
-        group=GROUP,
-        guarded_by=(_GUARD + "test_dtensor_input_fwd_bwd_aot_eager_cpu",),
-        **ONLY_2_11,
-    ),
-]

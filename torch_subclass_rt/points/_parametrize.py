@@ -1,4 +1,7 @@
-"""``unwrap_tensor_subclass_parameters`` with opaque attrs (torch 2.11).
+"""``unwrap_tensor_subclass_parameters`` with opaque attrs (torch 2.10 / 2.11).
+
+The code of the points ``aot_autograd.UnwrapTensorSubclass.*`` and
+``nn.ParametrizationList.*``.
 
 ``UnwrapTensorSubclass`` (the parametrization that replaces a subclass
 parameter by its inner tensors) recurses into every attr of
@@ -17,11 +20,9 @@ from typing import Any
 import torch
 
 from .._torch_compat import is_opaque_attr, is_reference_opaque_type
-from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ..runtime import errors
 from ..runtime.meta import OpaqueMeta
-from ._versions import ONLY_BACKPORT
 
 
 
@@ -217,59 +218,3 @@ def _build_parametrization_list_right_inverse(original):
             ),
         ],
     )
-
-
-POINTS = [
-    PatchPoint(
-        name="parametrize.UnwrapTensorSubclass.forward",
-        target="torch._functorch._aot_autograd.subclass_parametrization"
-        ":UnwrapTensorSubclass.forward",
-        series=(
-            "0004 torch/_functorch/_aot_autograd/subclass_parametrization.py"
-            "::UnwrapTensorSubclass.forward",
-        ),
-        build=_build_forward,
-        reason="rebuild the subclass with its opaque attrs from the flat originals",
-        guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_subclass_parametrization_with_opaque_attrs_cpu",
-        ),
-        **ONLY_BACKPORT,
-    ),
-    PatchPoint(
-        name="parametrize.UnwrapTensorSubclass.right_inverse",
-        target="torch._functorch._aot_autograd.subclass_parametrization"
-        ":UnwrapTensorSubclass.right_inverse",
-        series=(
-            "0004 torch/_functorch/_aot_autograd/subclass_parametrization.py"
-            "::UnwrapTensorSubclass.right_inverse",
-        ),
-        build=_build_right_inverse,
-        reason="OpaqueMeta for opaque attrs; the object is one flat original",
-        guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_subclass_parametrization_with_opaque_attrs_cpu",
-        ),
-        **ONLY_BACKPORT,
-    ),
-    PatchPoint(
-        name="parametrize.ParametrizationList.__init__",
-        target="torch.nn.utils.parametrize:ParametrizationList.__init__",
-        series=("0004 torch/nn/utils/parametrize.py::ParametrizationList.__init__",),
-        build=_build_parametrization_list_init,
-        reason="store an opaque original as a plain attribute, not a parameter",
-        guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_subclass_parametrization_with_opaque_attrs_cpu",
-        ),
-        **ONLY_BACKPORT,
-    ),
-    PatchPoint(
-        name="parametrize.ParametrizationList.right_inverse",
-        target="torch.nn.utils.parametrize:ParametrizationList.right_inverse",
-        series=("0004 torch/nn/utils/parametrize.py::ParametrizationList.right_inverse",),
-        build=_build_parametrization_list_right_inverse,
-        reason="assigning a subclass re-stores its opaque original as an attribute",
-        guarded_by=(
-            "test/test_point_guards.py::TestPointGuards::test_parametrized_subclass_assigned_again",
-        ),
-        **ONLY_BACKPORT,
-    ),
-]

@@ -3,7 +3,7 @@
 torch 2.11 lets an opaque registration say what compiled code may read off
 the object (``members={name: MemberType.USE_REAL | INLINED}``) and what to
 guard on (``guard_fn``); DeviceMesh / ProcessGroup as opaques
-(``distributed_opaques.py``) and a sharded subclass whose dispatch reads
+(``_distributed_opaques.py``) and a sharded subclass whose dispatch reads
 ``mesh.size()`` while tracing build on both. torch 2.10 registers a type
 with a name and a kind only, sets nothing on the FakeScriptObject that
 stands in for the object, refuses every attribute of a reference opaque in
@@ -18,7 +18,7 @@ The points (patch 0000 of the v2.10.0 series, "what torch 2.11 has"):
   (2.11's keywords; ``hoist``, for value types, is not carried: 2.10's
   Dynamo cannot lift a value opaque).
 * ``opaque_object.get_opaque_obj_info`` / ``get_member_type`` (new).
-* ``maybe_to_fake_obj`` (``torch_2_11_base.maybe_to_fake_obj``): the fake
+* ``maybe_to_fake_obj`` (``library.maybe_to_fake_obj``): the fake
   carries each registered member, read off the real object.
 * ``TorchScriptObjectVariable.var_getattr`` / ``call_method``: Dynamo
   follows the registered members (``USE_REAL``: evaluated on the real object
@@ -26,7 +26,7 @@ The points (patch 0000 of the v2.10.0 series, "what torch 2.11 has"):
   on the opaque input); an unregistered member is a hard error naming it.
 * ``GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH`` (new), installed for a
   reference opaque graph input by the 2.10 variant of
-  ``distributed_opaques.VariableBuilder._wrap``.
+  ``dynamo.VariableBuilder._wrap``.
 
 Every point is ``ONLY_2_10``: torch 2.11 has all of it.
 """
@@ -39,9 +39,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._versions import ONLY_2_10
 
 _OO = "torch._library.opaque_object"
 _MEMBERS_TEST = "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU"
@@ -61,7 +59,9 @@ def opaque_type_info(cls: Any, class_name: str, typ: str, guard_fn: Any, members
     """torch 2.10's ``_OpaqueTypeInfo`` with 2.11's ``guard_fn`` and
     ``members``. Called by the edited ``register_opaque_type``.
 
-    Note [Opaque member registration errors]: the two messages below are
+    Note [Opaque member registration errors]
+    ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    The two messages below are
     also the v2.10.0 series' (patch 0000, ``register_opaque_type``); keep
     them in sync."""
     from torch._library import opaque_object
@@ -327,80 +327,3 @@ def OPAQUE_OBJ_GUARD_FN_MATCH(self: Any, guard: Any) -> None:
     self.get_guard_manager(guard).add_lambda_guard(
         opaque_guard_fn_matches, get_verbose_code_parts(name, guard)
     )
-
-
-POINTS = [
-    PatchPoint(
-        name="opaque_members.MemberType",
-        target=f"{_OO}:MemberType",
-        build=lambda _original: MemberType,
-        new_attribute=True,
-        reason="the kinds of opaque members (torch 2.11's enum)",
-        series=(f"0000 torch/_library/opaque_object.py::MemberType",),
-        guarded_by=(f"{_MEMBERS_TEST}::test_registered_by_type_and_by_name_cpu",),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="opaque_members.register_opaque_type",
-        target=f"{_OO}:register_opaque_type",
-        build=_build_register_opaque_type,
-        reason="registration takes guard_fn and members (torch 2.11)",
-        series=(
-            "0000 torch/_library/opaque_object.py::register_opaque_type",
-            "0000 torch/_library/opaque_object.py::_OpaqueTypeInfo",
-        ),
-        guarded_by=(f"{_MEMBERS_TEST}::test_unregistered_member_clear_error_user_opaque_cpu",),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="opaque_members.get_opaque_obj_info",
-        target=f"{_OO}:get_opaque_obj_info",
-        build=lambda _original: get_opaque_obj_info,
-        new_attribute=True,
-        reason="look up a registration with its members and guard_fn (torch 2.11)",
-        series=("0000 torch/_library/opaque_object.py::get_opaque_obj_info",),
-        guarded_by=(f"{_MEMBERS_TEST}::test_registered_by_type_and_by_name_cpu",),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="opaque_members.get_member_type",
-        target=f"{_OO}:get_member_type",
-        build=lambda _original: get_member_type,
-        new_attribute=True,
-        reason="how a member of an opaque is registered, for Dynamo (torch 2.11)",
-        series=("0000 torch/_library/opaque_object.py::get_member_type",),
-        guarded_by=(f"{_MEMBERS_TEST}::test_member_reads_in_dynamo_cpu",),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="opaque_members.TorchScriptObjectVariable.var_getattr",
-        target="torch._dynamo.variables.script_object:TorchScriptObjectVariable.var_getattr",
-        build=_build_var_getattr,
-        reason="Dynamo reads a registered member of a reference opaque (torch 2.11)",
-        series=("0000 torch/_dynamo/variables/script_object.py::TorchScriptObjectVariable.var_getattr",),
-        guarded_by=(
-            f"{_MEMBERS_TEST}::test_member_reads_in_dynamo_cpu",
-            f"{_MEMBERS_TEST}::test_unregistered_member_in_dynamo_cpu",
-        ),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="opaque_members.TorchScriptObjectVariable.call_method",
-        target="torch._dynamo.variables.script_object:TorchScriptObjectVariable.call_method",
-        build=_build_call_method,
-        reason="Dynamo calls a registered method of a reference opaque (torch 2.11)",
-        series=("0000 torch/_dynamo/variables/script_object.py::TorchScriptObjectVariable.call_method",),
-        guarded_by=(f"{_MEMBERS_TEST}::test_member_reads_in_dynamo_cpu",),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="opaque_members.GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH",
-        target="torch._dynamo.guards:GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH",
-        build=lambda _original: OPAQUE_OBJ_GUARD_FN_MATCH,
-        new_attribute=True,
-        reason="guard a reference opaque on its guard_fn values (torch 2.11)",
-        series=("0000 torch/_dynamo/guards.py::GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH",),
-        guarded_by=(f"{_MEMBERS_TEST}::test_other_dim_names_recompile_cpu",),
-        **ONLY_2_10,
-    ),
-]

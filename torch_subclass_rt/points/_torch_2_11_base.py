@@ -1,9 +1,12 @@
 """What torch 2.11 already has and the feature builds on, for torch 2.10.
 
-The backport of PR 176457 (every other point module) is written against
-2.11, which already carries opaque objects as graph inputs that survive a
+The backport of PR 176457 (every point that is not ``ONLY_2_10``) is
+written against 2.11, which already carries opaque objects as graph inputs that survive a
 backward. torch 2.10 has reference opaques as Dynamo graph inputs but not
-the rest; these points give 2.10 the 2.11 behaviour, so that the same
+the rest; the points whose code is here (``library.maybe_to_fake_obj``,
+``fx._iterate_exprs``, ``partitioners.*``, ``aot_autograd.*``'s 2.10 parts,
+``dynamo.VariableBuilder._can_lift_attrs_to_inputs``,
+``inductor.GraphLowering.output``; all ``ONLY_2_10``) give 2.10 the 2.11 behaviour, so that the same
 backport points, and the same graphs, serve both releases:
 
 * the fake of a reference opaque keeps the caller's object (``real_obj``):
@@ -35,9 +38,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._versions import ONLY_2_10
 
 #: every point here is patch 0000 of the v2.10.0 series (Note [One numbering
 #: for every series] in tools/series_map.py); torch 2.11 has it already
@@ -367,152 +368,3 @@ _INDUCTOR_TEST = (
     "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
     "::test_inductor_fwd_bwd_cpu"
 )
-
-POINTS = [
-    PatchPoint(
-        name="torch_2_11_base.maybe_to_fake_obj",
-        target="torch._library.fake_class_registry:maybe_to_fake_obj",
-        build=_build_maybe_to_fake_obj,
-        reason="the fake of a reference opaque had no real_obj (None)",
-        series=(
-            "0000 torch/_library/fake_class_registry.py::maybe_to_fake_obj",
-            # on 2.10 this edit is also lazy_members' maybe_to_fake_obj
-            "0020 torch/_library/fake_class_registry.py::maybe_to_fake_obj",
-            "0020 torch/_library/fake_class_registry.py::_check_registered_members_exist",
-        ),
-        guarded_by=(
-            _BACKWARD_TEST,
-            # the fake carries the registered members dispatch reads
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
-        ),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="torch_2_11_base._iterate_exprs",
-        target="torch.fx.experimental.symbolic_shapes:_iterate_exprs",
-        build=_build_iterate_exprs,
-        reason="'cannot extract sympy expressions' from a saved opaque",
-        series=(
-            "0000 torch/fx/experimental/symbolic_shapes.py::_iterate_exprs",
-        ),
-        guarded_by=(_BACKWARD_TEST,),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="torch_2_11_base._extract_fwd_bwd_modules",
-        target="torch._functorch.partitioners:_extract_fwd_bwd_modules",
-        build=_build_extract_fwd_bwd_modules,
-        reason="a saved opaque went to save_for_backward with the tensors",
-        series=(
-            "0000 torch/_functorch/partitioners.py::_extract_fwd_bwd_modules",
-        ),
-        guarded_by=(_BACKWARD_TEST, _NESTED_BACKWARD_TEST),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="torch_2_11_base.solve_min_cut",
-        target="torch._functorch.partitioners:solve_min_cut",
-        build=_build_solve_min_cut,
-        reason="the min-cut partitioner found no cut past an opaque node (weight inf)",
-        series=(
-            "0000 torch/_functorch/partitioners.py::solve_min_cut",
-        ),
-        guarded_by=(_BACKWARD_TEST,),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="torch_2_11_base._aot_stage2a_partition",
-        target="torch._functorch._aot_autograd.graph_compile:_aot_stage2a_partition",
-        build=_build_aot_stage2a_partition,
-        reason="the count of opaques saved for backward was not recorded",
-        series=(
-            "0000 torch/_functorch/_aot_autograd/graph_compile.py::_aot_stage2a_partition",
-        ),
-        guarded_by=(_BACKWARD_TEST,),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="torch_2_11_base.ViewAndMutationMeta.num_opaque_objects_saved_for_bw",
-        target=f"{_SCHEMAS}:ViewAndMutationMeta.num_opaque_objects_saved_for_bw",
-        # a class-level default; _aot_stage2a_partition sets the instance's
-        build=lambda _: None,
-        new_attribute=True,
-        reason="no field for the count of opaques saved for backward",
-        series=(
-            "0000 torch/_functorch/_aot_autograd/schemas.py::ViewAndMutationMeta",
-        ),
-        # an AOTAutogradCache entry stock torch saved has no such field; the
-        # class default makes it read as "no opaque saved" under install()
-        guarded_by=(
-            _BACKWARD_TEST,
-            "test/test_cache_across_modes.py::TestCacheAcrossInstall"
-            "::test_stock_entry_loaded_with_install",
-        ),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="torch_2_11_base.ViewAndMutationMeta.tensors_saved_for_backwards_slice",
-        target=f"{_SCHEMAS}:ViewAndMutationMeta.tensors_saved_for_backwards_slice",
-        build=_build_tensors_saved_slice,
-        reason="the saved-tensor slice took the saved opaques as tensors",
-        series=(
-            "0000 torch/_functorch/_aot_autograd/schemas.py::ViewAndMutationMeta.tensors_saved_for_backwards_slice",
-        ),
-        guarded_by=(_BACKWARD_TEST,),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="torch_2_11_base.ViewAndMutationMeta.opaque_objects_saved_for_backwards_slice",
-        target=f"{_SCHEMAS}:ViewAndMutationMeta.opaque_objects_saved_for_backwards_slice",
-        build=_build_opaques_saved_slice,
-        new_attribute=True,
-        reason="no slice for the saved opaques",
-        series=(
-            "0000 torch/_functorch/_aot_autograd/schemas.py::ViewAndMutationMeta.opaque_objects_saved_for_backwards_slice",
-        ),
-        guarded_by=(_BACKWARD_TEST,),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="torch_2_11_base.AOTDispatchAutograd.post_compile",
-        target="torch._functorch._aot_autograd.runtime_wrappers:AOTDispatchAutograd.post_compile",
-        build=_build_autograd_post_compile,
-        reason="saved opaques were not kept on the ctx for the backward",
-        series=(
-            "0000 torch/_functorch/_aot_autograd/runtime_wrappers.py::AOTDispatchAutograd.post_compile",
-            "0001 torch/_functorch/_aot_autograd/runtime_wrappers.py::AOTDispatchAutograd.post_compile",
-            "0001 torch/_functorch/_aot_autograd/runtime_wrappers.py::_compiled_autograd_opaque_error",
-        ),
-        guarded_by=(
-            _BACKWARD_TEST,
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU"
-            "::test_tensor_subclass_opaque_backward_compiled_autograd_cpu",
-        ),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="torch_2_11_base.VariableBuilder._can_lift_attrs_to_inputs",
-        target="torch._dynamo.variables.builder:VariableBuilder._can_lift_attrs_to_inputs",
-        build=_build_can_lift_attrs_to_inputs,
-        reason="no duplicate-input guard for an opaque shared by two subclass inputs",
-        series=(
-            "0000 torch/_dynamo/variables/builder.py::VariableBuilder._can_lift_attrs_to_inputs",
-        ),
-        guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU"
-            "::test_shared_opaque_identity_guard_cpu",
-        ),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="torch_2_11_base.GraphLowering.output",
-        target="torch._inductor.graph:GraphLowering.output",
-        build=_build_graph_lowering_output,
-        reason="Inductor asserted that no graph output is an opaque",
-        series=(
-            "0000 torch/_inductor/graph.py::GraphLowering.output",
-        ),
-        guarded_by=(_INDUCTOR_TEST,),
-        **ONLY_2_10,
-    ),
-]

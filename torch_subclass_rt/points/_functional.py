@@ -1,4 +1,8 @@
-"""AOTAutograd functionalization helpers (``functional_utils``) on 2.11.
+"""AOTAutograd functionalization helpers (``functional_utils``) on 2.10 / 2.11.
+
+The code of the points ``aot_autograd.sc_visit``, ``aot_autograd.is_fun``,
+``aot_autograd.sync_functional_tensor`` and
+``aot_autograd.are_all_mutations_under_no_grad_or_inference_mode``.
 
 These helpers recurse through ``__tensor_flatten__`` attrs and assume every
 attr is a tensor. Each recursive call goes through the module global, so
@@ -26,8 +30,6 @@ from torch import Tensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .._torch_compat import is_opaque_attr
-from ..patching.registry import PatchPoint
-from ._versions import ONLY_BACKPORT
 
 
 def _answer_for_opaques(neutral: Any):
@@ -133,75 +135,3 @@ def sc_visit(t: Any, fn: Any, reduce_fn: Any, accum_init: Any) -> Any:
 
     visit(t)
     return accum
-
-
-def _neutral(
-    name: str,
-    neutral: Any,
-    reason: str,
-    rebinds: tuple[str, ...],
-    guarded_by: tuple[str, ...],
-) -> PatchPoint:
-    return PatchPoint(
-        name=f"functional.{name}",
-        target=f"torch._functorch._aot_autograd.functional_utils:{name}",
-        build=_answer_for_opaques(neutral),
-        reason=reason,
-        rebinds=rebinds,
-        guarded_by=guarded_by,
-        series=(f"0001 torch/_functorch/_aot_autograd/functional_utils.py::{name}",),
-        **ONLY_BACKPORT,
-    )
-
-
-POINTS = [
-    PatchPoint(
-        name="functional.sc_visit",
-        target="torch._functorch._aot_autograd.graph_capture_wrappers:sc_visit",
-        build=lambda _original: sc_visit,
-        reason="mutation counters of a mutated subclass input read .elem of an opaque",
-        guarded_by=(
-            "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
-            "::test_inplace_mutation_of_subclass_input_with_grad_cpu",
-        ),
-        series=("0007 torch/_functorch/_aot_autograd/graph_capture_wrappers.py::sc_visit",),
-        **ONLY_BACKPORT,
-    ),
-    PatchPoint(
-        name="functional.is_fun",
-        target="torch._functorch._aot_autograd.functional_utils:is_fun",
-        build=_build_is_fun,
-        reason="'mixed functional/non-functional inner tensors' on opaque attrs",
-        rebinds=(
-            "torch._functorch.aot_autograd",
-            "torch._functorch._aot_autograd.graph_capture_wrappers",
-        ),
-        guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
-        ),
-        series=("0001 torch/_functorch/_aot_autograd/functional_utils.py::is_fun",),
-        **ONLY_BACKPORT,
-    ),
-    _neutral(
-        "sync_functional_tensor",
-        None,
-        "torch._sync() rejects an opaque (joint graph inner_fn)",
-        (
-            "torch._functorch.aot_autograd",
-            "torch._functorch._aot_autograd.graph_capture_wrappers",
-        ),
-        ("test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::"
-         "test_tensor_subclass_with_opaque_attr_backward_cpu",),
-    ),
-    _neutral(
-        "are_all_mutations_under_no_grad_or_inference_mode",
-        True,
-        "2.11 asserts a FunctionalTensor (input mutated under no_grad)",
-        (
-            "torch._functorch.aot_autograd",
-            "torch._functorch._aot_autograd.collect_metadata_analysis",
-            "torch._functorch._aot_autograd.graph_capture_wrappers",
-        ),
-        ("test/test_point_guards.py::TestPointGuards::test_input_mutation_under_no_grad",),
-    ),
-]

@@ -38,7 +38,7 @@ The points:
   instead of the generic "Tried to call __getattr__ ... on a FakeScriptObject".
 
 A submesh *derived* in traced code from a mesh input (2.13's
-``reconstruct_fn``) is ``derived_submesh.py``.
+``reconstruct_fn``) is ``_derived_submesh.py``.
 
 torch 2.10 takes the same points (its registry, ``_wrap`` and
 ``FakeScriptObject`` read alike) once ``opaque_members.py`` has given it
@@ -55,12 +55,11 @@ from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 from .. import _torch_compat
-from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._versions import ONLY_2_10, ONLY_2_11, ONLY_BACKPORT, RUNTIME
 
 
 # Note [Distributed opaque members]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # The member lists and the guard are 2.13's (torch/distributed/device_mesh.py,
 # _register_distributed_opaque_types). Keep in sync with that function and with
 # the series' copies in patches/v2.11.0 and patches/v2.10.0 (0012; 2.10's
@@ -157,7 +156,7 @@ def _member_type() -> Any:
 
     member_type = getattr(opaque_object, "MemberType", None)
     if member_type is None:
-        from .opaque_members import MemberType as member_type
+        from ._opaque_members import MemberType as member_type
     return member_type
 
 
@@ -213,7 +212,7 @@ def _type_infos() -> dict[type, Any]:
     import torch
     from torch._library.opaque_object import _OpaqueTypeInfo
 
-    from .opaque_members import opaque_type_info
+    from ._opaque_members import opaque_type_info
 
     infos = {}
     for cls, (members, guard_fn) in distributed_opaque_classes().items():
@@ -391,7 +390,9 @@ def fake_class(fake: Any) -> type | None:
     object's, for a DeviceMesh / ProcessGroup; None (FakeScriptObject's
     own) for anything else.
 
-    Note [isinstance of a fake DeviceMesh]: torch 2.13's ``DeviceMesh``
+    Note [isinstance of a fake DeviceMesh]
+    ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    Torch 2.13's ``DeviceMesh``
     derives from ``OpaqueBase`` and its ``ProcessGroup`` has that metaclass,
     whose ``__instancecheck__`` is true for a FakeScriptObject of an
     instance, so library code that checks ``isinstance(mesh, DeviceMesh)``
@@ -628,185 +629,7 @@ def _is_from_local(fn: Any) -> bool:
     return fn is DTensor.from_local
 
 
-#: issue 23's points, which the patch series does not carry yet
+#: points whose change the patch series does not carry yet
 _NOT_YET_IN_SERIES = (
-    "issue 23: not yet ported into patches/v2.1x.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)"
+    "not yet ported into patches/v2.1x.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)"
 )
-
-POINTS = [
-    PatchPoint(
-        name="distributed_opaques._OPAQUE_TYPES",
-        target="torch._library.opaque_object:_OPAQUE_TYPES",
-        # the series registers both classes when torch.distributed.tensor is
-        # imported, past register_opaque_type's metaclass check
-        series=(
-            "0012 torch/distributed/device_mesh.py::_register_distributed_opaque_types",
-            "0012 torch/distributed/device_mesh.py::_distributed_opaque_types_registered",
-            "0012 torch/distributed/device_mesh.py::_DEVICE_MESH_MEMBERS",
-            "0012 torch/distributed/device_mesh.py::_PROCESS_GROUP_MEMBERS",
-            "0012 torch/distributed/device_mesh.py::_device_mesh_guard_fn",
-            "0012 torch/distributed/tensor/_api.py::<module>",
-            "0012 torch/_library/opaque_object.py::_register_opaque_type_info",
-            "0012 torch/_library/opaque_object.py::register_opaque_type",
-        ),
-        build=_build_opaque_types,
-        reason="register DeviceMesh / ProcessGroup as reference opaques (2.13's members and guard)",
-        # infer_schema maps an annotation to its opaque type name through it
-        rebinds=("torch._library.infer_schema",),
-        guarded_by=(
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
-        ),
-        **ONLY_BACKPORT,
-    ),
-    PatchPoint(
-        name="distributed_opaques._OPAQUE_TYPES_BY_NAME",
-        target="torch._library.opaque_object:_OPAQUE_TYPES_BY_NAME",
-        series=("0012 torch/_library/opaque_object.py::_register_opaque_type_info",),
-        build=_build_opaque_types_by_name,
-        reason="the same registration, looked up by type name (custom-op schemas, Dynamo)",
-        guarded_by=(
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_registered_by_type_and_by_name_cpu",
-        ),
-        **ONLY_BACKPORT,
-    ),
-    PatchPoint(
-        name="distributed_opaques.OpaqueBaseMeta.__instancecheck__",
-        target="torch._opaque_base:OpaqueBaseMeta.__instancecheck__",
-        series=("0012 torch/_opaque_base.py::OpaqueBaseMeta.__instancecheck__",),
-        build=_build_instancecheck,
-        reason="isinstance(x, OpaqueBase) asks the registry (2.13), so a DeviceMesh is an opaque object",
-        guarded_by=(
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
-        ),
-        **ONLY_2_11,
-    ),
-    PatchPoint(
-        # torch 2.10: the same rule on the package's own OpaqueBase (2.10
-        # has no torch._opaque_base; the series' patch 0000 adds it)
-        name="distributed_opaques.OpaqueBaseMeta.__instancecheck__",
-        target="torch_subclass_rt._opaque_base:OpaqueBaseMeta.__instancecheck__",
-        series=("0012 torch/_opaque_base.py::OpaqueBaseMeta.__instancecheck__",),
-        build=_build_instancecheck,
-        reason="isinstance(x, OpaqueBase) asks the registry (2.13), so a DeviceMesh is an opaque object",
-        guarded_by=(
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
-        ),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="distributed_opaques.VariableBuilder._wrap",
-        target="torch._dynamo.variables.builder:VariableBuilder._wrap",
-        # the flag it reads is set by dynamo.VariableBuilder.wrap_tensor
-        series=(
-            "0012 torch/_dynamo/variables/builder.py::VariableBuilder._wrap",
-            "0012 torch/_dynamo/variables/builder.py::VariableBuilder._is_opaque_inner_attr",
-            "0012 torch/_dynamo/variables/builder.py::VariableBuilder.__init__",
-        ),
-        build=_build_wrap,
-        reason="a mesh / process group inner attr is an opaque graph input, not a DeviceMeshVariable constant",
-        guarded_by=(
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_mesh_attr_into_custom_op_is_runtime_mesh_cpu",
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
-        ),
-        **ONLY_2_11,
-    ),
-    PatchPoint(
-        name="distributed_opaques.VariableBuilder._wrap",
-        target="torch._dynamo.variables.builder:VariableBuilder._wrap",
-        series=(
-            "0000 torch/_dynamo/variables/builder.py::VariableBuilder._wrap",
-            "0012 torch/_dynamo/variables/builder.py::VariableBuilder._wrap",
-            "0012 torch/_dynamo/variables/builder.py::VariableBuilder._is_opaque_inner_attr",
-            "0012 torch/_dynamo/variables/builder.py::VariableBuilder.__init__",
-        ),
-        build=_build_wrap_2_10,
-        reason="2.11's edits, and a reference opaque input guarded on its guard_fn (torch 2.11)",
-        guarded_by=(
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_mesh_attr_into_custom_op_is_runtime_mesh_cpu",
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
-        ),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="distributed_opaques.FakeScriptObject.__getattribute__",
-        target="torch._library.fake_class_registry:FakeScriptObject.__getattribute__",
-        series=(
-            "0012 torch/_library/fake_class_registry.py::FakeScriptObject.__getattribute__",
-            "0012 torch/_library/opaque_object.py::unregistered_opaque_member_error",
-        ),
-        build=_build_getattribute,
-        reason="an unregistered member read while tracing names the type, member and members={...}",
-        guarded_by=(
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_cpu",
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_user_opaque_cpu",
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_isinstance_cpu",
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_as_collective_group_cpu",
-        ),
-        **RUNTIME,
-    ),
-    *(
-        PatchPoint(
-            name=f"distributed_opaques.FakeScriptObject.{attr}",
-            target=f"torch._library.fake_class_registry:FakeScriptObject.{attr}",
-            build=lambda _original, fn=fn: fn,
-            reason="fakes of one object compare equal and hash alike (torch 2.13)",
-            new_attribute=new,
-            **({"series": series} if series else {"series_none": _NOT_YET_IN_SERIES}),
-            guarded_by=(
-                "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_equal_cpu",
-                "test/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
-            ),
-            **ONLY_BACKPORT,
-        )
-        # __hash__: torch 2.11's class has object's (not its own attribute)
-        for attr, fn, new, series in (
-            (
-                "__eq__",
-                _fake_eq,
-                True,
-                (
-                    "0014 torch/_library/fake_class_registry.py::FakeScriptObject.__eq__",
-                    "0014 torch/_library/fake_class_registry.py::maybe_unwrap_fake_script_object",
-                ),
-            ),
-            # the series' 0014 hashes by identity: this point's hash is not ported yet
-            ("__hash__", _fake_hash, True, ()),
-        )
-    ),
-
-    PatchPoint(
-        name="distributed_opaques.FakeScriptObject.__deepcopy__",
-        target="torch._library.fake_class_registry:FakeScriptObject.__deepcopy__",
-        build=lambda _original: _fake_deepcopy,
-        reason="a deep copy of a fake re-reads its members off a copy of its object (torch 2.13)",
-        new_attribute=True,
-        series_none=_NOT_YET_IN_SERIES,
-        guarded_by=("test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_deepcopy_cpu",),
-        **ONLY_BACKPORT,
-    ),
-    PatchPoint(
-        name="distributed_opaques.weak._WeakHashRef",
-        target="torch.utils.weak:_WeakHashRef",
-        # its one user: the proxy tracer's script_object_tracker
-        rebinds=("torch.fx.experimental.proxy_tensor",),
-        build=_build_weak_hash_ref,
-        reason="the proxy tracer keeps fakes by identity now that they hash as their object",
-        series_none=_NOT_YET_IN_SERIES,
-        guarded_by=(
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_tracked_apart_cpu",
-        ),
-        **ONLY_BACKPORT,
-    ),
-    PatchPoint(
-        name="distributed_opaques.TorchInGraphFunctionVariable.call_function",
-        target="torch._dynamo.variables.torch:TorchInGraphFunctionVariable.call_function",
-        build=_build_torch_call_function,
-        reason="DTensor.from_local(x, mesh) with an opaque mesh input: the mesh is a graph input",
-        series_none=_NOT_YET_IN_SERIES,
-        guarded_by=(
-            "test/test_dtensor_scenarios.py::test_scenario[from_local_to_local-aot_eager]",
-            "test/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
-        ),
-        **ONLY_BACKPORT,
-    ),
-]

@@ -15,9 +15,7 @@ import functools
 
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from ..patching.registry import PatchPoint
 from ._dynamo_opaque import _check_tensor_flatten_attr
-from ._versions import ONLY_FORCED
 
 
 def _validate_then_wrap(original):
@@ -44,20 +42,3 @@ def _check_subclass(value) -> None:
         _check_tensor_flatten_attr(value, attr, inner)
         if is_traceable_wrapper_subclass(inner):
             _check_subclass(inner)
-
-
-POINTS = [
-    PatchPoint(
-        name="validation.VariableBuilder.wrap_tensor",
-        target="torch._dynamo.variables.builder:VariableBuilder.wrap_tensor",
-        build=_validate_then_wrap,
-        reason="name the subclass and attr of an unregistered flatten attr "
-        "(2.13 raises an internal AssertionError)",
-        series_none="forced mode only: on 2.11 the same check is part of "
-        "dynamo.VariableBuilder.wrap_tensor (series 0003, _check_tensor_flatten_attr)",
-        guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_unregistered_object_in_tensor_attrs_errors_cpu",
-        ),
-        **ONLY_FORCED,
-    ),
-]

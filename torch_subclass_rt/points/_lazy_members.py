@@ -2,7 +2,7 @@
 (upstream PR 193452, open; issue 187505 items 3-4).
 
 Every release with opaque members (torch 2.11.0 to 2.14.1; 2.10.0 through
-``install()``'s ``opaque_members``) builds the fake of a registered opaque
+``install()``'s ``_opaque_members``) builds the fake of a registered opaque
 in ``maybe_to_fake_obj`` by reading *every* registered member off the real
 object and storing it on the FakeScriptObject. Two consequences:
 
@@ -32,9 +32,7 @@ import inspect
 import types
 from typing import Any
 
-from .._torch_compat import BACKPORT_VERSIONS, FIXES_VERSIONS, is_registered_opaque_type
-from ..patching.registry import PatchPoint
-from ._versions import upstream_fix
+from .._torch_compat import is_registered_opaque_type
 
 _FAKE_OWN = frozenset({"wrapped_obj", "script_class_name", "real_obj"})
 
@@ -90,7 +88,7 @@ def _build_maybe_to_fake_obj(original):
     def maybe_to_fake_obj(fake_mode, x):
         """Stands in for ``torch._library.fake_class_registry.
         maybe_to_fake_obj`` (torch 2.11.0, 2.12.x, 2.13.0, 2.14.x; on 2.10.0
-        it wraps install()'s torch_2_11_base copy) for a registered opaque
+        it wraps install()'s ``library.maybe_to_fake_obj`` copy) for a registered opaque
         object;
         TorchScript objects go to the wrapped function.
 
@@ -194,84 +192,9 @@ def _importers(*modules: str) -> tuple[str, ...]:
 
 
 _FIX = "PR 193452 (open; issue 187505 items 3-4)"
-#: every release with opaque members has the eager loop: the native ones
-#: we patch (2.12.0 and 2.14.0 as well, once _torch_compat lists them), and
-#: the 2.10/2.11 backport (torch 2.11's own loop; on 2.10 install()'s
-#: torch_2_11_base edit, whose replacement the point wraps there). The
-#: series carry it as patch 0020.
-_VERSIONS = upstream_fix(*BACKPORT_VERSIONS, *FIXES_VERSIONS)
 _F = "0020 torch/_library/fake_class_registry.py::"
-_FROM_2_14 = tuple(v for v in FIXES_VERSIONS if v.startswith("2.14."))
-#: torch 2.10's Dynamo (install()'s opaque_members) reads members off the
-#: real object, not the fake: nothing to resolve there
-_BEFORE_2_14 = ("2.11.0", *(v for v in FIXES_VERSIONS if v not in _FROM_2_14))
 _TEST = "test/test_lazy_members.py::TestLazyMembers::"
 _TESTS = (
     f"{_TEST}test_unread_member_not_evaluated",
     f"{_TEST}test_inlined_member_side_effect_on_runtime_object",
 )
-
-POINTS = [
-    PatchPoint(
-        name="fix.maybe_to_fake_obj.lazy_members",
-        target="torch._library.fake_class_registry:maybe_to_fake_obj",
-        build=_build_maybe_to_fake_obj,
-        reason="every registered member of an opaque was evaluated at each fakification, "
-        "and INLINED methods were bound to the real object",
-        upstream_fix=_FIX,
-        series=(f"{_F}maybe_to_fake_obj", f"{_F}_check_registered_members_exist"),
-        rebinds_if_loaded=_importers(
-            "torch._export.passes.lift_constants_pass", "torch.export._trace", "torch._inductor.ir"
-        ),
-        guarded_by=_TESTS,
-        # not 2.10: install()'s torch_2_11_base.maybe_to_fake_obj builds the
-        # fake there, members unread (this point stacked on it would leave it
-        # nothing to do)
-        **upstream_fix("2.11.0", *FIXES_VERSIONS),
-    ),
-    # torch 2.14 renamed the variable class and its getattr hook
-    *(
-        PatchPoint(
-            name=f"fix.{cls}.{method}.lazy_members",
-            target=f"torch._dynamo.variables.script_object:{cls}.{method}",
-            build=_build_var_getattr,
-            reason="Dynamo reads a registered member off the fake of an opaque, which now "
-            "resolves members when read",
-            upstream_fix=_FIX,
-            **series,
-            guarded_by=(
-                "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_member_reads_in_dynamo_cpu",
-            ),
-            **upstream_fix(*versions),
-        )
-        for cls, method, versions, series in (
-            (
-                "TorchScriptObjectVariable", "var_getattr", _BEFORE_2_14,
-                {"series": (
-                    "0020 torch/_dynamo/variables/script_object.py::"
-                    "TorchScriptObjectVariable.var_getattr",
-                )},
-            ),
-            (
-                "CustomClassObjectVariable", "tp_getattro_impl", _FROM_2_14,
-                {"series_none": "torch 2.14's name of the hook; the series' bases (2.10, "
-                 "2.11) have var_getattr (the point above)"},
-            ),
-        )
-        if versions
-    ),
-    PatchPoint(
-        name="fix.FakeScriptObject.__getattr__.lazy_members",
-        target="torch._library.fake_class_registry:FakeScriptObject.__getattr__",
-        build=lambda _original: _fake_getattr,
-        new_attribute=True,
-        reason="the fake of an opaque resolves a registered member when it is read",
-        upstream_fix=_FIX,
-        series=(f"{_F}FakeScriptObject.__getattr__", f"{_F}_resolve_registered_member"),
-        guarded_by=(
-            f"{_TEST}test_member_read_by_dispatch",
-            f"{_TEST}test_inlined_member_side_effect_on_runtime_object",
-        ),
-        **_VERSIONS,
-    ),
-]

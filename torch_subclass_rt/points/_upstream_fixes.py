@@ -29,7 +29,7 @@ without it, and it is not carried. The issue's test is guarded by the
 
 Three points here fix torch 2.10.0 / 2.11.0 bugs *outside* the feature that
 block parity with native 2.13 for subclasses written the way users write
-them (issue 22; see "Upstream fixes outside the feature" below).
+them (see "Upstream fixes outside the feature" below).
 """
 
 from __future__ import annotations
@@ -44,9 +44,7 @@ import sys
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .._torch_compat import is_registered_opaque_object, is_value_opaque_type
-from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._versions import upstream_fix
 
 _MISSING = object()
 
@@ -385,31 +383,12 @@ def _build_registered_opaque_instancecheck(original):
     return __instancecheck__
 
 
-_EXPORT_SERDE_FIX = "issue 179870 (open; PR 181676 unmerged)"
-#: value opaques reach torch.export from 2.12 on; 2.11 has nothing to save
-_EXPORT_SERDE_NO_SERIES = (
-    "torch.export of a value opaque passed to a graph node needs torch >= 2.12, "
-    "so the point does not apply to 2.11.0 and the v2.11.0 series has no counterpart"
-)
-_EXPORT_SERDE_TESTS = (
-    "test/test_upstream_fixes.py::TestUpstreamFixes::test_export_save_load_opaque_constant",
-)
-
-
-#: what the three export points of issue 179870 share: one fix, one set of
-#: releases, one test that guards each
-_EXPORT_SERDE_POINT = dict(
-    upstream_fix=_EXPORT_SERDE_FIX,
-    series_none=_EXPORT_SERDE_NO_SERIES,
-    guarded_by=_EXPORT_SERDE_TESTS,
-    **upstream_fix("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
-)
-
 
 # --------------------------------------------------------------------------
 # Upstream fixes outside the feature (torch 2.10.0 / 2.11.0)
 #
 # Note [Scope of the fixes outside the feature]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 #     These bugs are torch 2.10/2.11's own, not the backport's: the logging
 #     one breaks a subclass without a ``__repr__`` of its own whether or not
 #     it holds an opaque (stock 2.10/2.11 fail alike), and the donated-buffer
@@ -499,7 +478,6 @@ def _build_donated_buffers_skip_opaques(original):
     return collect_fw_donated_buffer_idxs
 
 
-_OUTSIDE_FEATURE_VERSIONS = upstream_fix("2.10.0", "2.11.0")
 _USER_TESTS = "test/test_user_written_subclasses.py::"
 _NO_REPR_TESTS = tuple(
     f"{_USER_TESTS}TestNoReprSubclass::test_{name}"
@@ -526,116 +504,3 @@ _DONATED_TESTS = (
     f"{_USER_TESTS}TestDonatedBuffers::test_mutated_detached_view_of_nested_input",
     f"{_USER_TESTS}TestDonatedBuffers::test_mutated_detached_view_one_level",
 )
-
-
-POINTS = [
-    PatchPoint(
-        name="fix.TensorVariable.dynamic_getattr.callable_value_opaque",
-        target="torch._dynamo.variables.tensor:TensorVariable.dynamic_getattr",
-        build=_build_callable_value_opaque_getattr,
-        reason="a callable value opaque on an intermediate subclass graph-broke on method access",
-        upstream_fix="PR 188799 (issue 188796)",
-        series=("0010 torch/_dynamo/variables/tensor.py::TensorVariable.dynamic_getattr",),
-        guarded_by=(
-            "test/test_upstream_fixes.py::TestUpstreamFixes::test_tensor_subclass_with_callable_opaque_attr",
-        ),
-        **upstream_fix("2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
-    ),
-    PatchPoint(
-        name="fix.unwrap_tensor_subclasses.value_opaque_output",
-        target="torch._functorch._aot_autograd.subclass_utils:unwrap_tensor_subclasses",
-        build=_build_value_opaque_outputs_stay_constants,
-        reason="a value opaque output next to a subclass output became a FakeScriptObject "
-        "constant (None after an FX-graph-cache hit)",
-        upstream_fix="PR 193190",
-        series_none="torch 2.11 with the backport (or the series) does not have this bug "
-        "(test/test_upstream_fixes.py: broken on 2.12.x, 2.13.0, 2.14.x), so the point "
-        "does not apply to 2.11.0 and the v2.11.0 series does not carry the fix",
-        rebinds=(
-            "torch._functorch.aot_autograd",
-            "torch._functorch._aot_autograd.graph_capture_wrappers",
-        ),
-        guarded_by=(
-            "test/test_upstream_fixes.py::TestUpstreamFixes::test_opaque_constant_with_subclass_output_cache_hit",
-            "test/test_upstream_fixes.py::TestUpstreamFixes::test_value_type_graph_output_subclass_metadata_side_effect",
-        ),
-        **upstream_fix("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
-    ),
-    PatchPoint(
-        name="fix.GraphModuleSerializer.serialize_input.opaque_constant",
-        target="torch._export.serde.serialize:GraphModuleSerializer.serialize_input",
-        build=_build_serialize_opaque_constant_input,
-        reason="a value opaque passed to a graph node could not be serialized (2.12.x) "
-        "or was left out of the saved archive (2.13.0, 2.14.x)",
-        **_EXPORT_SERDE_POINT,
-    ),
-    PatchPoint(
-        name="fix._package_exported_programs.opaque_constant",
-        target="torch.export.pt2_archive._package:_package_exported_programs",
-        build=_build_package_opaque_constants,
-        reason="torch.export.save dropped the value opaques a graph passes to its nodes",
-        **_EXPORT_SERDE_POINT,
-    ),
-    PatchPoint(
-        name="fix._load_exported_programs.opaque_constant",
-        target="torch.export.pt2_archive._package:_load_exported_programs",
-        build=_build_load_opaque_constants,
-        reason="torch.export.load could not read the value opaques saved by the point above",
-        **_EXPORT_SERDE_POINT,
-    ),
-    PatchPoint(
-        name="fix.OpaqueBaseMeta.__instancecheck__.registered_opaque",
-        target="torch._opaque_base:OpaqueBaseMeta.__instancecheck__",
-        build=_build_registered_opaque_instancecheck,
-        reason="a ProcessGroup among a subclass's inner attrs failed AOTAutograd's "
-        "'expected Tensor or OpaqueBase' check",
-        upstream_fix="PR 180530",
-        series_none="torch 2.10/2.11 take the same rule from "
-        "distributed_opaques.OpaqueBaseMeta.__instancecheck__ (series patch 0012); "
-        "this point is its native+fixes counterpart on 2.12",
-        guarded_by=(
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_inductor_cpu",
-        ),
-        **upstream_fix("2.12.0", "2.12.1"),
-    ),
-    PatchPoint(
-        name="fix._log_fw_bw_graphs.lazy_metadata_log",
-        target="torch._functorch._aot_autograd.graph_compile:_log_fw_bw_graphs",
-        build=_build_lazy_fw_bw_log,
-        reason="a subclass without __repr__ could not be trained under compile: the "
-        "metadata log record was formatted eagerly, printing fake tangents",
-        upstream_fix="issue 152183 (torch 2.12.0 formats the record lazily; PR 185632 "
-        "later makes the repr itself subclass-safe)",
-        series=("0018 torch/_functorch/_aot_autograd/graph_compile.py::_log_fw_bw_graphs",),
-        guarded_by=_NO_REPR_TESTS,
-        **_OUTSIDE_FEATURE_VERSIONS,
-    ),
-    PatchPoint(
-        name="fix.aot_dispatch_base_graph.lazy_metadata_log",
-        target="torch._functorch._aot_autograd.graph_capture:aot_dispatch_base_graph",
-        build=_build_lazy_base_graph_log,
-        reason="a subclass without __repr__ could not be compiled for inference: the "
-        "metadata log record was formatted eagerly, printing fake subclasses",
-        upstream_fix="issue 152183 (torch 2.12.0 formats the record lazily; PR 185632 "
-        "later makes the repr itself subclass-safe)",
-        series=("0018 torch/_functorch/_aot_autograd/graph_capture.py::aot_dispatch_base_graph",),
-        rebinds=("torch._functorch._aot_autograd.graph_compile",),
-        guarded_by=_NO_REPR_INFERENCE_TESTS,
-        **_OUTSIDE_FEATURE_VERSIONS,
-    ),
-    PatchPoint(
-        name="fix.collect_fw_donated_buffer_idxs.skip_opaques",
-        target="torch._functorch._aot_autograd.graph_compile:collect_fw_donated_buffer_idxs",
-        build=_build_donated_buffers_skip_opaques,
-        reason="the donated-buffer analysis read untyped_storage() off a saved opaque",
-        upstream_fix="torch 2.12.0 donated-buffer check (a FakeTensor check in "
-        "collect_fw_donated_buffer_idxs; no upstream issue: 2.12 shipped it with opaques "
-        "saved as graph inputs)",
-        series=(
-            "0018 torch/_functorch/_aot_autograd/graph_compile.py::collect_fw_donated_buffer_idxs",
-        ),
-        guarded_by=_DONATED_TESTS,
-        **_OUTSIDE_FEATURE_VERSIONS,
-    ),
-]
