@@ -290,8 +290,9 @@ class TestDifferentialDefinitions(unittest.TestCase):
         with _cache_context(case), _no_trace_handler():
             run_case.check_case(case, 0)
 
-    # Note [mark_dynamic on a nested input over an args-sized class]: gen_cases
-    # does not draw mark_dynamic on a nested input whose inner class builds
+    # Note [mark_dynamic on a nested input over an args-sized class]
+    # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    # gen_cases does not draw mark_dynamic on a nested input whose inner class builds
     # its wrapper from __tensor_unflatten__'s outer_size. Native torch 2.13
     # refuses such cases in two ways, depending on the program: Dynamo's
     # ConstraintViolationError (the outer size is pinned to the inner one) or
