@@ -27,9 +27,9 @@ from unittest import mock
 
 import harness
 
-MODE = harness.setup_mode()
+from torch._dynamo.test_case import TestCase
 
-from torch._dynamo.test_case import TestCase  # noqa: E402
+MODE = harness.current_mode()
 
 TEST_DIR = Path(__file__).resolve().parent
 #: sub-directories of test/expected/ that hold something other than dumps

@@ -14,18 +14,18 @@ import unittest
 
 import harness
 
-MODE = harness.setup_mode()
+import torch
+from torch._dynamo.test_case import TestCase
 
-import torch  # noqa: E402
-from torch._dynamo.test_case import TestCase  # noqa: E402
-
-from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor  # noqa: E402
-from torch_subclass_rt.runtime import grad_codegen  # noqa: E402
+from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
+from torch_subclass_rt.runtime import grad_codegen
 # torch's own function: with install() it builds the metadata through our
 # create_subclass_metadata (its module global), natively with torch's
-from torch._functorch._aot_autograd.subclass_utils import create_subclass_meta  # noqa: E402
-from test_opaque_attr_tracing import Scaled  # noqa: E402
-from test_subclass_wrapper_codegen import runtime_metas  # noqa: E402
+from torch._functorch._aot_autograd.subclass_utils import create_subclass_meta
+from test_opaque_attr_tracing import Scaled
+from test_subclass_wrapper_codegen import runtime_metas
+
+MODE = harness.current_mode()
 
 GRAD_LOGGER = grad_codegen.log.name
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import harness
 
-MODE = harness.setup_mode()
+import torch
+import torch.utils._pytree as pytree
+from torch._dynamo.test_case import TestCase
+from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend
 
-import torch  # noqa: E402
-import torch.utils._pytree as pytree  # noqa: E402
-from torch._dynamo.test_case import TestCase  # noqa: E402
-from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend  # noqa: E402
+from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
 
-from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor  # noqa: E402
+MODE = harness.current_mode()
 
 harness.register_type_name_normalization(MeshHandle)
 harness.register_type_name_normalization(MeshTensor)
