@@ -51,6 +51,139 @@ def new_group():
 
 
 # --------------------------------------------------------------------------
+# nested subclasses (test_opaque_attr_tracing, the codegen tests)
+
+
+class Scaled(torch.Tensor):
+    """An outer subclass around a MeshTensor; its scale is flatten context."""
+
+    @staticmethod
+    def __new__(cls, inner, scale):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, inner.size(), strides=inner.stride(), dtype=inner.dtype,
+            device=inner.device, requires_grad=inner.requires_grad,
+        )
+
+    def __init__(self, inner, scale):
+        self.inner = inner
+        self.scale = scale
+
+    def __repr__(self):
+        return f"Scaled({self.inner!r}, {self.scale})"
+
+    def __tensor_flatten__(self):
+        return ["inner"], (self.scale,)
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        return Scaled(inner["inner"], ctx[0])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        scale = next(a.scale for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, Scaled))
+        args, kwargs = torch.utils._pytree.tree_map_only(Scaled, lambda t: t.inner, (args, kwargs))
+        out = func(*args, **kwargs)
+        return torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: Scaled(t, scale), out)
+
+
+def runtime_metas(args):
+    """Metadata as AOTAutograd holds it at run time: built from fake
+    tensors (as at trace time), then made runtime-safe."""
+    # torch's own function: with install() it builds the metadata through
+    # our create_subclass_metadata (its module global), natively with torch's
+    from torch._functorch._aot_autograd.subclass_utils import create_subclass_meta
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+    metas = create_subclass_meta(fake, count_symints=True)
+    for m in metas:
+        if hasattr(m, "make_runtime_safe"):
+            m.make_runtime_safe()
+    return metas
+
+
+# --------------------------------------------------------------------------
+# a sharded tensor holding its mesh
+
+
+def real(obj):
+    """The real object of a FakeScriptObject (what an opaque is while
+    AOTAutograd traces), else ``obj``."""
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    return obj.real_obj if isinstance(obj, FakeScriptObject) else obj
+
+
+class MeshSharded(torch.Tensor):
+    """A sharded tensor as PhysicsNeMo's ShardTensor holds one: the local
+    shard ``_local`` and its ``mesh`` (a DeviceMesh, a submesh, a
+    ProcessGroup, a user's opaque) are inner attrs, and dispatch reads the
+    mesh as a sharded tensor does (a subclass's :meth:`read_mesh`, which
+    records what it read in the subclass's ``seen``, per call, trace or
+    eager). Ops run on the shard; tensor outputs carry the input's mesh.
+
+    A subclass sets ``seen`` (a list of its own), :meth:`read_mesh`, and
+    ``__tensor_unflatten__`` building itself."""
+
+    seen: list
+
+    @staticmethod
+    def __new__(cls, local, mesh):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, local.shape, strides=local.stride(), dtype=local.dtype,
+            device=local.device, requires_grad=local.requires_grad,
+        )
+
+    def __init__(self, local, mesh):
+        self._local = local
+        self.mesh = mesh
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self._local!r})"
+
+    def __tensor_flatten__(self):
+        return ["_local", "mesh"], None
+
+    @classmethod
+    def read_mesh(cls, mesh) -> None:
+        raise NotImplementedError(f"{cls.__name__}.read_mesh: what dispatch reads off the mesh")
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        import torch.utils._pytree as pytree
+
+        kwargs = kwargs or {}
+        mesh = next(a.mesh for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, cls))
+        cls.read_mesh(mesh)
+        args, kwargs = pytree.tree_map_only(cls, lambda t: t._local, (args, kwargs))
+        out = func(*args, **kwargs)
+        return pytree.tree_map_only(torch.Tensor, lambda t: cls(t, mesh), out)
+
+
+def mesh_recording_op(name: str):
+    """``(op, recorded)``: a custom op ``name`` taking ``(x, mesh)`` (a
+    DeviceMesh, an opaque) and returning ``x.clone()``, and the list of the
+    meshes it ran with (by identity): what the compiled graph handed a
+    collective. Define it at a test module's import, after install()."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    recorded: list = []
+
+    def record(x, mesh):
+        recorded.append(mesh)
+        return x.clone()
+
+    # not string annotations (this module's __future__ import): the schema
+    # is read off real types
+    record.__annotations__ = {"x": torch.Tensor, "mesh": DeviceMesh, "return": torch.Tensor}
+    op = torch.library.custom_op(name, record, mutates_args=())
+    op.register_fake(lambda x, mesh: torch.empty_like(x))
+    return op, recorded
+
+
+# --------------------------------------------------------------------------
 # known torch bugs that more than one module records
 
 #: torch 2.12 registers ProcessGroup as an opaque, but its

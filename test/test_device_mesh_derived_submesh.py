@@ -45,18 +45,7 @@ if not harness.HAS_OPAQUE_MEMBERS:
         "or install() on torch 2.10); torch " + harness._torch_compat.torch_version() + " has none here"
     )
 
-_recorded: list = []
-
-
-@torch.library.custom_op("derived_submesh::record", mutates_args=())
-def record(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
-    _recorded.append(mesh)
-    return x.clone()
-
-
-@record.register_fake
-def _(x, mesh):
-    return torch.empty_like(x)
+record, _recorded = fixtures.mesh_recording_op("derived_submesh::record")
 
 
 class Rooted(torch.Tensor):

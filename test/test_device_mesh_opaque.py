@@ -24,7 +24,6 @@ import harness
 
 import torch
 import torch.distributed as dist
-import torch.utils._pytree as pytree
 from torch._dynamo.test_case import TestCase
 from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend
 import torch._library.opaque_object as opaque_object
@@ -44,9 +43,10 @@ if not harness.HAS_OPAQUE_MEMBERS:
     )
 
 
-class MeshSharded(torch.Tensor):
-    """A sharded tensor as PhysicsNeMo's ShardTensor holds one: the mesh (a
-    DeviceMesh or a ProcessGroup) is an inner attr, and dispatch reads it."""
+class MeshSharded(fixtures.MeshSharded):
+    """Reads the mesh as PhysicsNeMo's ShardTensor does: a DeviceMesh's
+    size, dims, names and local rank; a ProcessGroup's size and rank; a
+    Handle's size."""
 
     #: what __torch_dispatch__ read off the mesh, per call (trace or eager)
     seen: list = []
@@ -54,31 +54,12 @@ class MeshSharded(torch.Tensor):
     extra_member: str | None = None
 
     @staticmethod
-    def __new__(cls, local, mesh):
-        return torch.Tensor._make_wrapper_subclass(
-            cls, local.shape, strides=local.stride(), dtype=local.dtype,
-            device=local.device, requires_grad=local.requires_grad,
-        )
-
-    def __init__(self, local, mesh):
-        self._local = local
-        self.mesh = mesh
-
-    def __repr__(self):
-        return f"MeshSharded({self._local!r})"
-
-    def __tensor_flatten__(self):
-        return ["_local", "mesh"], None
-
-    @staticmethod
     def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
         return MeshSharded(inner["_local"], inner["mesh"])
 
     @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        mesh = next(a.mesh for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, MeshSharded))
-        kind = type(_real(mesh))
+    def read_mesh(cls, mesh):
+        kind = type(fixtures.real(mesh))
         if issubclass(kind, DeviceMesh):
             cls.seen.append((mesh.size(), mesh.ndim, mesh.mesh_dim_names, mesh.get_local_rank()))
         elif issubclass(kind, Handle):
@@ -87,16 +68,6 @@ class MeshSharded(torch.Tensor):
             cls.seen.append((mesh.size(), mesh.rank()))
         if cls.extra_member is not None:
             getattr(mesh, cls.extra_member)
-        args, kwargs = pytree.tree_map_only(MeshSharded, lambda t: t._local, (args, kwargs))
-        out = func(*args, **kwargs)
-        return pytree.tree_map_only(torch.Tensor, lambda t: MeshSharded(t, mesh), out)
-
-
-def _real(mesh):
-    # while AOTAutograd traces, the mesh is a FakeScriptObject of the real one
-    from torch._library.fake_class_registry import FakeScriptObject
-
-    return mesh.real_obj if isinstance(mesh, FakeScriptObject) else mesh
 
 
 class Handle(tsrt.OpaqueBase):
@@ -112,19 +83,8 @@ class Handle(tsrt.OpaqueBase):
 
 tsrt.register_opaque(Handle, typ="reference", members={"size": opaque_object.MemberType.USE_REAL})
 
-#: the mesh each call of dmtest::record ran with (by identity)
-_recorded: list = []
-
-
-@torch.library.custom_op("dmtest::record", mutates_args=())
-def record(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
-    _recorded.append(mesh)
-    return x.clone()
-
-
-@record.register_fake
-def _(x, mesh):
-    return torch.empty_like(x)
+#: _recorded: the mesh each call of dmtest::record ran with (by identity)
+record, _recorded = fixtures.mesh_recording_op("dmtest::record")
 
 
 class TestDeviceMeshOpaque(TestCase):

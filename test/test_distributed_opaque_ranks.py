@@ -25,7 +25,6 @@ import pytest
 
 import torch
 import torch.distributed as dist
-import torch.utils._pytree as pytree
 
 # registers DeviceMesh / ProcessGroup on torch >= 2.12 (install() on 2.11)
 import torch.distributed.tensor  # noqa: F401
@@ -44,7 +43,7 @@ KINDS = ("device_mesh", "process_group", "submesh")
 # in each rank
 
 
-class Sharded(torch.Tensor):
+class Sharded(fixtures.MeshSharded):
     """Holds its mesh (DeviceMesh, submesh or ProcessGroup) as an inner attr;
     dispatch reads the mesh's size and rank (a FakeScriptObject under
     AOTAutograd) as a sharded tensor does."""
@@ -53,42 +52,13 @@ class Sharded(torch.Tensor):
     seen: list = []
 
     @staticmethod
-    def __new__(cls, local, mesh):
-        return torch.Tensor._make_wrapper_subclass(
-            cls, local.shape, strides=local.stride(), dtype=local.dtype,
-            device=local.device, requires_grad=local.requires_grad,
-        )
-
-    def __init__(self, local, mesh):
-        self._local = local
-        self.mesh = mesh
-
-    def __repr__(self):
-        return f"Sharded({self._local!r})"
-
-    def __tensor_flatten__(self):
-        return ["_local", "mesh"], None
-
-    @staticmethod
     def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
         return Sharded(inner["_local"], inner["mesh"])
 
     @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        mesh = next(a.mesh for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, Sharded))
-        rank = mesh.rank() if _is_group(mesh) else mesh.get_local_rank()
+    def read_mesh(cls, mesh):
+        rank = mesh.rank() if isinstance(fixtures.real(mesh), ProcessGroup) else mesh.get_local_rank()
         cls.seen.append((mesh.size(), rank))
-        args, kwargs = pytree.tree_map_only(Sharded, lambda t: t._local, (args, kwargs))
-        out = func(*args, **kwargs)
-        return pytree.tree_map_only(torch.Tensor, lambda t: Sharded(t, mesh), out)
-
-
-def _is_group(mesh) -> bool:
-    from torch._library.fake_class_registry import FakeScriptObject
-
-    real = mesh.real_obj if isinstance(mesh, FakeScriptObject) else mesh
-    return isinstance(real, ProcessGroup)
 
 
 #: the mesh / group each all-reduce ran with (by identity)

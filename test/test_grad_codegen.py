@@ -13,6 +13,7 @@ from __future__ import annotations
 import unittest
 
 import harness
+from fixtures import Scaled, runtime_metas
 
 import torch
 from torch._dynamo.test_case import TestCase
@@ -22,8 +23,6 @@ from torch_subclass_rt.runtime import grad_codegen
 # torch's own function: with install() it builds the metadata through our
 # create_subclass_metadata (its module global), natively with torch's
 from torch._functorch._aot_autograd.subclass_utils import create_subclass_meta
-from test_opaque_attr_tracing import Scaled
-from test_subclass_wrapper_codegen import runtime_metas
 
 MODE = harness.current_mode()
 
