@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 import torch
@@ -120,9 +121,12 @@ def member_kwargs(guard_fn=None, **members: str) -> dict:
 
 
 def setup_mode() -> Mode:
-    """Put torch into the mode under test; call at test-module import.
+    """Put torch into the mode under test (test/conftest.py calls it
+    before any test module is imported; see Note [The mode is set before a
+    test module runs]).
 
-    Idempotent (several test modules call it). Returns the mode.
+    Idempotent (tests call it again to undo what another test did). Returns
+    the mode.
     """
     mode = current_mode()
     # native: torch's own implementation end to end; patched: the feature
@@ -141,8 +145,6 @@ def setup_mode() -> Mode:
             f"applied; this is torch {torch.__version__}"
         )
     if mode in (Mode.NATIVE, Mode.PATCHED):
-        import sys
-
         tsrt = sys.modules.get("torch_subclass_rt")
         if tsrt is not None:
             st = tsrt.status()
@@ -508,3 +510,22 @@ def instantiate_cpu_and_cuda(generic: type, scope: dict) -> None:
         scope[f"{name}CUDA"] = type(f"{name}CUDA", (TestCase,), attrs)
     # instantiate_device_type_tests removes the generic class itself
     scope.pop(name, None)
+
+
+# --------------------------------------------------------------------------
+# a test file run as a script
+
+
+def _main_is_a_test_file() -> bool:
+    """Whether this process runs a test file of this folder as a script
+    (``python test/test_x.py``): no conftest sets the mode there (Note [The
+    mode is set before a test module runs])."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path:
+        return False
+    path = Path(path).resolve()
+    return path.name.startswith("test_") and path.is_relative_to(Path(__file__).resolve().parent)
+
+
+if _main_is_a_test_file():
+    setup_mode()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import harness
 
-MODE = harness.setup_mode()
+MODE = harness.current_mode()
 
 ROOT = Path(__file__).resolve().parents[1]
 SCALING = str(ROOT / "benchmarks" / "scaling.py")

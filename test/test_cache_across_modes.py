@@ -31,9 +31,9 @@ from pathlib import Path
 
 import harness
 
-MODE = harness.setup_mode()
+import torch_subclass_rt._torch_compat as compat
 
-import torch_subclass_rt._torch_compat as compat  # noqa: E402
+MODE = harness.current_mode()
 
 # One process: compile a training step on a MeshTensor with Inductor (the
 # backend the AOTAutogradCache serves), run it with a new mesh, report.

@@ -6,15 +6,15 @@ import unittest
 
 import harness
 
-MODE = harness.setup_mode()
+import torch
+from torch._dynamo.test_case import TestCase, run_tests
+from torch._library.fake_class_registry import maybe_to_fake_obj
+from torch._subclasses.fake_tensor import FakeTensorMode
 
-import torch  # noqa: E402
-from torch._dynamo.test_case import TestCase, run_tests  # noqa: E402
-from torch._library.fake_class_registry import maybe_to_fake_obj  # noqa: E402
-from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+from torch_subclass_rt import _torch_compat as compat
+from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
 
-from torch_subclass_rt import _torch_compat as compat  # noqa: E402
-from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor  # noqa: E402
+MODE = harness.current_mode()
 
 
 class TestIsOpaqueAttr(TestCase):

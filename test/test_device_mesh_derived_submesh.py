@@ -25,44 +25,27 @@ from __future__ import annotations
 
 import unittest
 
+import fixtures
 import harness
 import pytest
 
-MODE = harness.setup_mode()
+import torch
+import torch.utils._pytree as pytree
+from torch._dynamo.test_case import TestCase
+from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo.testing import CompileCounterWithBackend
+
+import torch.distributed.tensor  # noqa: F401
+from torch.distributed.device_mesh import DeviceMesh
+
+MODE = harness.current_mode()
 if not harness.HAS_OPAQUE_MEMBERS:
     raise unittest.SkipTest(
         "DeviceMesh / ProcessGroup as opaque inner attrs build on opaque members (torch >= 2.11, "
         "or install() on torch 2.10); torch " + harness._torch_compat.torch_version() + " has none here"
     )
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.utils._pytree as pytree  # noqa: E402
-from torch._dynamo.test_case import TestCase  # noqa: E402
-from torch._dynamo.backends.common import aot_autograd  # noqa: E402
-from torch._dynamo.testing import CompileCounterWithBackend  # noqa: E402
-
-import torch.distributed.tensor  # noqa: E402,F401
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh  # noqa: E402
-
-_recorded: list = []
-
-
-@torch.library.custom_op("derived_submesh::record", mutates_args=())
-def record(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
-    _recorded.append(mesh)
-    return x.clone()
-
-
-@record.register_fake
-def _(x, mesh):
-    return torch.empty_like(x)
-
-
-def _root() -> DeviceMesh:
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    return init_device_mesh("cpu", (1, 1), mesh_dim_names=("dp", "tp"))
+record, _recorded = fixtures.mesh_recording_op("derived_submesh::record")
 
 
 class Rooted(torch.Tensor):
@@ -128,7 +111,7 @@ class TestDerivedSubmesh(TestCase):
         counter = CompileCounterWithBackend(backend)
         f = torch.compile(fn, backend=counter, fullgraph=True)
         for _ in range(2):
-            root = _root()
+            root = fixtures.mesh("dp", "tp")
             _recorded.clear()
             x = Rooted(torch.ones(3), root)
             if x_grad:

@@ -19,48 +19,34 @@ from __future__ import annotations
 
 import unittest
 
+import fixtures
 import harness
 
-MODE = harness.setup_mode()
+import torch
+import torch.distributed as dist
+from torch._dynamo.test_case import TestCase
+from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend
+import torch._library.opaque_object as opaque_object
+
+import torch_subclass_rt as tsrt
+
+# registers DeviceMesh and ProcessGroup on torch >= 2.12 and with the patch
+# series (install() does on 2.11)
+import torch.distributed.tensor  # noqa: F401
+from torch.distributed.device_mesh import DeviceMesh
+
+MODE = harness.current_mode()
 if not harness.HAS_OPAQUE_MEMBERS:
     raise unittest.SkipTest(
         "DeviceMesh / ProcessGroup as opaque inner attrs build on opaque members (torch >= 2.11, "
         "or install() on torch 2.10); torch " + harness._torch_compat.torch_version() + " has none here"
     )
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.utils._pytree as pytree  # noqa: E402
-from torch._dynamo.test_case import TestCase  # noqa: E402
-from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend  # noqa: E402
-from torch._library.opaque_object import MemberType  # noqa: E402
 
-import torch_subclass_rt as tsrt  # noqa: E402
-
-# registers DeviceMesh and ProcessGroup on torch >= 2.12 and with the patch
-# series (install() does on 2.11)
-import torch.distributed.tensor  # noqa: E402,F401
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh  # noqa: E402
-
-
-def _world() -> None:
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-
-
-def _mesh(*names: str) -> DeviceMesh:
-    _world()
-    return init_device_mesh("cpu", (1,) * len(names), mesh_dim_names=names)
-
-
-def _new_group():
-    _world()
-    return dist.new_group([0], backend="gloo")
-
-
-class MeshSharded(torch.Tensor):
-    """A sharded tensor as PhysicsNeMo's ShardTensor holds one: the mesh (a
-    DeviceMesh or a ProcessGroup) is an inner attr, and dispatch reads it."""
+class MeshSharded(fixtures.MeshSharded):
+    """Reads the mesh as PhysicsNeMo's ShardTensor does: a DeviceMesh's
+    size, dims, names and local rank; a ProcessGroup's size and rank; a
+    Handle's size."""
 
     #: what __torch_dispatch__ read off the mesh, per call (trace or eager)
     seen: list = []
@@ -68,31 +54,12 @@ class MeshSharded(torch.Tensor):
     extra_member: str | None = None
 
     @staticmethod
-    def __new__(cls, local, mesh):
-        return torch.Tensor._make_wrapper_subclass(
-            cls, local.shape, strides=local.stride(), dtype=local.dtype,
-            device=local.device, requires_grad=local.requires_grad,
-        )
-
-    def __init__(self, local, mesh):
-        self._local = local
-        self.mesh = mesh
-
-    def __repr__(self):
-        return f"MeshSharded({self._local!r})"
-
-    def __tensor_flatten__(self):
-        return ["_local", "mesh"], None
-
-    @staticmethod
     def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
         return MeshSharded(inner["_local"], inner["mesh"])
 
     @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        mesh = next(a.mesh for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, MeshSharded))
-        kind = type(_real(mesh))
+    def read_mesh(cls, mesh):
+        kind = type(fixtures.real(mesh))
         if issubclass(kind, DeviceMesh):
             cls.seen.append((mesh.size(), mesh.ndim, mesh.mesh_dim_names, mesh.get_local_rank()))
         elif issubclass(kind, Handle):
@@ -101,16 +68,6 @@ class MeshSharded(torch.Tensor):
             cls.seen.append((mesh.size(), mesh.rank()))
         if cls.extra_member is not None:
             getattr(mesh, cls.extra_member)
-        args, kwargs = pytree.tree_map_only(MeshSharded, lambda t: t._local, (args, kwargs))
-        out = func(*args, **kwargs)
-        return pytree.tree_map_only(torch.Tensor, lambda t: MeshSharded(t, mesh), out)
-
-
-def _real(mesh):
-    # while AOTAutograd traces, the mesh is a FakeScriptObject of the real one
-    from torch._library.fake_class_registry import FakeScriptObject
-
-    return mesh.real_obj if isinstance(mesh, FakeScriptObject) else mesh
 
 
 class Handle(tsrt.OpaqueBase):
@@ -124,21 +81,10 @@ class Handle(tsrt.OpaqueBase):
         return self.n
 
 
-tsrt.register_opaque(Handle, typ="reference", members={"size": MemberType.USE_REAL})
+tsrt.register_opaque(Handle, typ="reference", members={"size": opaque_object.MemberType.USE_REAL})
 
-#: the mesh each call of dmtest::record ran with (by identity)
-_recorded: list = []
-
-
-@torch.library.custom_op("dmtest::record", mutates_args=())
-def record(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
-    _recorded.append(mesh)
-    return x.clone()
-
-
-@record.register_fake
-def _(x, mesh):
-    return torch.empty_like(x)
+#: _recorded: the mesh each call of dmtest::record ran with (by identity)
+record, _recorded = fixtures.mesh_recording_op("dmtest::record")
 
 
 class TestDeviceMeshOpaque(TestCase):
@@ -201,39 +147,36 @@ class TestDeviceMeshOpaque(TestCase):
             self.assertIs(oo.get_opaque_obj_info(name), oo.get_opaque_obj_info(cls))
         info = oo.get_opaque_obj_info(DeviceMesh)
         for member in ("size", "mesh_dim_names", "ndim", "shape", "_layout", "get_local_rank"):
-            self.assertEqual(info.members[member], MemberType.USE_REAL)
-        mesh = _mesh("dp")
-        self.assertEqual(info.guard_fn(mesh), info.guard_fn(_mesh("dp")))
-        self.assertNotEqual(info.guard_fn(mesh), info.guard_fn(_mesh("tp")))
+            self.assertEqual(info.members[member], opaque_object.MemberType.USE_REAL)
+        mesh = fixtures.mesh("dp")
+        self.assertEqual(info.guard_fn(mesh), info.guard_fn(fixtures.mesh("dp")))
+        self.assertNotEqual(info.guard_fn(mesh), info.guard_fn(fixtures.mesh("tp")))
         self.assertIsInstance(mesh, tsrt.OpaqueBase)
 
     def test_device_mesh_in_attrs_aot_eager(self, device):
-        self._fwd_bwd(device, lambda: _mesh("dp"), "aot_eager", (1, 1, ("dp",), 0))
+        self._fwd_bwd(device, lambda: fixtures.mesh("dp"), "aot_eager", (1, 1, ("dp",), 0))
 
     def test_device_mesh_in_attrs_inductor(self, device):
-        self._fwd_bwd(device, lambda: _mesh("dp"), "inductor", (1, 1, ("dp",), 0))
+        self._fwd_bwd(device, lambda: fixtures.mesh("dp"), "inductor", (1, 1, ("dp",), 0))
 
     # torch 2.12 registers ProcessGroup, but its `isinstance(x, OpaqueBase)`
     # is nominal, so AOTAutograd's metadata check refuses it among inner
     # attrs; 2.13 asks the registry, and install() carries that to 2.12
     # (points/_upstream_fixes.py)
-    _PG_BUG = harness.upstream_bug(
-        "PR 180530", broken_on=("2.12.0", "2.12.1"), fails_with=(AssertionError,),
-        match=r"expected Tensor or OpaqueBase, got <class '[\w.]*ProcessGroup'>",
-    )
+    _PG_BUG = fixtures.process_group_bug()
 
     @_PG_BUG
     def test_process_group_in_attrs_aot_eager(self, device):
-        self._fwd_bwd(device, _new_group, "aot_eager", (1, 0))
+        self._fwd_bwd(device, fixtures.new_group, "aot_eager", (1, 0))
 
     @_PG_BUG
     def test_process_group_in_attrs_inductor(self, device):
-        self._fwd_bwd(device, _new_group, "inductor", (1, 0))
+        self._fwd_bwd(device, fixtures.new_group, "inductor", (1, 0))
 
     def test_equal_meshes_one_compile_runtime_mesh_aot_eager(self, device):
         # two equal-valued meshes (other objects): one graph, and outputs /
         # grads carry the caller's mesh, not the compile-time one
-        a, b = _mesh("dp"), _mesh("dp")
+        a, b = fixtures.mesh("dp"), fixtures.mesh("dp")
         self.assertIsNot(a, b)
         self.assertEqual(a, b)
         f = self.compile(lambda x: x * 3)
@@ -251,7 +194,7 @@ class TestDeviceMeshOpaque(TestCase):
         # input (2.13), so each call's op runs with that call's mesh; 2.11's
         # DeviceMeshVariable would bake the compile-time mesh into the graph
         f = self.compile(lambda x: record(torch.ones(2) * x.mesh.size(), x.mesh))
-        a, b = _mesh("dp"), _mesh("dp")
+        a, b = fixtures.mesh("dp"), fixtures.mesh("dp")
         for mesh in (a, b):
             _recorded.clear()
             f(MeshSharded(torch.randn(3, device=device), mesh))
@@ -263,7 +206,7 @@ class TestDeviceMeshOpaque(TestCase):
     def test_other_dim_names_recompile(self, device):
         f = self.compile(lambda x: x + 1)
         for names, frames in ((("dp",), 1), (("dp",), 1), (("tp",), 2)):
-            mesh = _mesh(*names)
+            mesh = fixtures.mesh(*names)
             MeshSharded.seen = []
             out = f(MeshSharded(torch.randn(3, device=device), mesh))
             self.assertIs(out.mesh, mesh)
@@ -280,7 +223,7 @@ class TestDeviceMeshOpaque(TestCase):
 
         f = self.compile(fn)
         for _ in range(2):
-            mesh = _mesh("dp")
+            mesh = fixtures.mesh("dp")
             x = MeshSharded(torch.ones(3, device=device), mesh)
             out = f(x)
             self.assertIs(out.mesh, mesh)
@@ -294,7 +237,7 @@ class TestDeviceMeshOpaque(TestCase):
         # every member of a reference opaque without naming it)
         f = self.compile(lambda x: x * len(x.mesh.get_all_groups()))
         with self.assertRaises(Exception) as info:
-            f(MeshSharded(torch.randn(3, device=device), _mesh("dp")))
+            f(MeshSharded(torch.randn(3, device=device), fixtures.mesh("dp")))
         msg = str(info.exception)
         self.assertIn("get_all_groups", msg)
         # torch 2.14 renamed the registration register_custom_class
@@ -304,7 +247,7 @@ class TestDeviceMeshOpaque(TestCase):
         # a submesh (its root is a 2-D mesh) as the inner attr
         f = self.compile(lambda x: x.exp())
         for _ in range(2):
-            root = _mesh("dp", "tp")
+            root = fixtures.mesh("dp", "tp")
             sub = root["tp"]
             self.assertIsNot(sub, root)
             MeshSharded.seen = []
@@ -327,7 +270,7 @@ class TestDeviceMeshOpaque(TestCase):
         # redistribute (the series' TensorVariable.method_redistribute).
         from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
-        mesh = _mesh("dp")
+        mesh = fixtures.mesh("dp")
 
         def with_input(x):
             return (x.sin() + 1).redistribute(mesh, [Replicate()]).to_local()
@@ -365,7 +308,7 @@ class TestDeviceMeshOpaque(TestCase):
             self.assertIn("members=", msg)
 
     def test_unregistered_member_clear_error(self, device):
-        self._unregistered(device, _mesh("dp"), "get_all_groups", "DeviceMesh")
+        self._unregistered(device, fixtures.mesh("dp"), "get_all_groups", "DeviceMesh")
 
     def test_unregistered_member_clear_error_user_opaque(self, device):
         MeshSharded.extra_member = None
@@ -402,13 +345,13 @@ class TestDeviceMeshOpaque(TestCase):
         from torch._library.fake_class_registry import FakeScriptObject
         from torch.distributed.distributed_c10d import ProcessGroup
 
-        for obj, cls in ((_mesh("dp"), DeviceMesh), (_new_group(), ProcessGroup), (Handle(1), Handle)):
+        for obj, cls in ((fixtures.mesh("dp"), DeviceMesh), (fixtures.new_group(), ProcessGroup), (Handle(1), Handle)):
             fake, _ = self._fakes(obj)
             self.assertIs(type(fake), FakeScriptObject)
             self.assertIsInstance(fake, FakeScriptObject)
             self.assertIsInstance(fake, cls)
         # a mesh against a fake of it (DeviceMesh.__eq__ checks isinstance)
-        mesh = _mesh("dp")
+        mesh = fixtures.mesh("dp")
         self.assertTrue(mesh == self._fakes(mesh)[0])
 
     @harness.expected_failure(
@@ -416,7 +359,7 @@ class TestDeviceMeshOpaque(TestCase):
         "fakes of one object hash alike: not ported into the series", when=_NOT_IN_SERIES,
     )
     def test_fakes_of_one_object_equal(self, device):
-        for obj, other in ((_mesh("dp"), _mesh("tp")), (Handle(1), Handle(1)), (_new_group(), _new_group())):
+        for obj, other in ((fixtures.mesh("dp"), fixtures.mesh("tp")), (Handle(1), Handle(1)), (fixtures.new_group(), fixtures.new_group())):
             fake, fake2 = self._fakes(obj)
             self.assertIsNot(fake, fake2)
             self.assertTrue(fake == fake2 and fake == obj and not fake != fake2)
@@ -440,7 +383,7 @@ class TestDeviceMeshOpaque(TestCase):
             # the proxy tracer keeps opaques in its opaque_tracker, by id;
             # proxy_tensor._WeakHashRef (2.14 has it again) no longer holds them
             self.skipTest("torch >= 2.12 tracks opaques by id (opaque_tracker)")
-        fake, fake2 = self._fakes(_mesh("dp"))
+        fake, fake2 = self._fakes(fixtures.mesh("dp"))
         ref_type = proxy_tensor._WeakHashRef
         tracker = WeakIdKeyDictionary(dict=None, ref_type=ref_type)
         tracker[fake], tracker[fake2] = 1, 2
@@ -458,7 +401,7 @@ class TestDeviceMeshOpaque(TestCase):
 
         from torch._library.fake_class_registry import FakeScriptObject
 
-        mesh = _mesh("dp")
+        mesh = fixtures.mesh("dp")
         fake, _ = self._fakes(mesh)
         # a member read while tracing stays on the fake (members are read
         # when read, PR 193452): the mesh's ProcessGroups must not be copied.
@@ -482,7 +425,7 @@ class TestDeviceMeshOpaque(TestCase):
         # functional collectives take a mesh, or (mesh, dim), as the group
         import torch.distributed._functional_collectives as funcol
 
-        mesh = _mesh("dp")
+        mesh = fixtures.mesh("dp")
         fake, _ = self._fakes(mesh)
         name = mesh._dim_group_names[0]
         self.assertEqual(funcol._resolve_group_name((fake, 0)), name)

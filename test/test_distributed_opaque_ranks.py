@@ -17,26 +17,21 @@ ranks use the same mode.
 
 from __future__ import annotations
 
-import os
-import queue as queue_mod
 import re
-import socket
-import sys
-import traceback
 
+import fixtures
 import harness
 import pytest
 
-MODE = harness.setup_mode()
-
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.utils._pytree as pytree  # noqa: E402
+import torch
+import torch.distributed as dist
 
 # registers DeviceMesh / ProcessGroup on torch >= 2.12 (install() on 2.11)
-import torch.distributed.tensor  # noqa: E402,F401
-from torch.distributed.device_mesh import DeviceMesh  # noqa: E402
-from torch.distributed.distributed_c10d import ProcessGroup  # noqa: E402
+import torch.distributed.tensor  # noqa: F401
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.distributed_c10d import ProcessGroup
+
+MODE = harness.current_mode()
 
 WORLD = 2
 #: spawn + import + one cold compile (inductor: forward and backward) per rank
@@ -48,7 +43,7 @@ KINDS = ("device_mesh", "process_group", "submesh")
 # in each rank
 
 
-class Sharded(torch.Tensor):
+class Sharded(fixtures.MeshSharded):
     """Holds its mesh (DeviceMesh, submesh or ProcessGroup) as an inner attr;
     dispatch reads the mesh's size and rank (a FakeScriptObject under
     AOTAutograd) as a sharded tensor does."""
@@ -57,42 +52,13 @@ class Sharded(torch.Tensor):
     seen: list = []
 
     @staticmethod
-    def __new__(cls, local, mesh):
-        return torch.Tensor._make_wrapper_subclass(
-            cls, local.shape, strides=local.stride(), dtype=local.dtype,
-            device=local.device, requires_grad=local.requires_grad,
-        )
-
-    def __init__(self, local, mesh):
-        self._local = local
-        self.mesh = mesh
-
-    def __repr__(self):
-        return f"Sharded({self._local!r})"
-
-    def __tensor_flatten__(self):
-        return ["_local", "mesh"], None
-
-    @staticmethod
     def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
         return Sharded(inner["_local"], inner["mesh"])
 
     @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        mesh = next(a.mesh for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, Sharded))
-        rank = mesh.rank() if _is_group(mesh) else mesh.get_local_rank()
+    def read_mesh(cls, mesh):
+        rank = mesh.rank() if isinstance(fixtures.real(mesh), ProcessGroup) else mesh.get_local_rank()
         cls.seen.append((mesh.size(), rank))
-        args, kwargs = pytree.tree_map_only(Sharded, lambda t: t._local, (args, kwargs))
-        out = func(*args, **kwargs)
-        return pytree.tree_map_only(torch.Tensor, lambda t: Sharded(t, mesh), out)
-
-
-def _is_group(mesh) -> bool:
-    from torch._library.fake_class_registry import FakeScriptObject
-
-    real = mesh.real_obj if isinstance(mesh, FakeScriptObject) else mesh
-    return isinstance(real, ProcessGroup)
 
 
 #: the mesh / group each all-reduce ran with (by identity)
@@ -179,98 +145,19 @@ def _rank_main(rank: int, kind: str, backend: str) -> dict:
     return {"compiles": counter.frame_count}
 
 
-def _worker(rank: int, kind: str, backend: str, port: int, results) -> None:
-    ok = False
-    try:
-        torch.set_num_threads(1)
-        import torch._inductor.config as inductor_config
-
-        inductor_config.compile_threads = 1
-        dist.init_process_group(
-            "gloo", rank=rank, world_size=WORLD, init_method=f"tcp://127.0.0.1:{port}"
-        )
-        results.put(("ok", rank, _rank_main(rank, kind, backend)))
-        ok = True
-        dist.destroy_process_group()
-    except BaseException:  # noqa: BLE001 - everything goes to the parent
-        results.put(("error", rank, traceback.format_exc()))
-    finally:
-        results.close()
-        results.join_thread()
-        if not ok:
-            sys.stderr.flush()
-            os._exit(1)
-
-
-# --------------------------------------------------------------------------
-# the parent
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+#: what a rank reports for torch 2.12's refusal of a ProcessGroup among inner
+#: attrs (the worker's traceback, last line)
+_PG_BROKEN_MESSAGE = "AssertionError: " + fixtures.PROCESS_GROUP_BUG_MESSAGE
 
 
 def _run(kind: str, backend: str) -> list[dict]:
-    import time
-
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = _free_port()
-    procs = [
-        ctx.Process(target=_worker, args=(r, kind, backend, port, results), daemon=True)
-        for r in range(WORLD)
-    ]
-    done: dict[int, dict] = {}
-    deadline = time.monotonic() + TIMEOUT
-    try:
-        for p in procs:
-            p.start()
-        while len(done) < WORLD:
-            try:
-                status, rank, payload = results.get(timeout=0.5)
-            except queue_mod.Empty:
-                dead = [r for r, p in enumerate(procs) if r not in done and p.exitcode is not None]
-                if dead:
-                    try:  # a report may still be in the pipe
-                        status, rank, payload = results.get(timeout=2.0)
-                    except queue_mod.Empty:
-                        pytest.fail(f"rank {dead[0]} exited without reporting")
-                elif time.monotonic() > deadline:
-                    pytest.fail(f"timed out after {TIMEOUT:.0f}s")
-                else:
-                    continue
-            if status == "error":
-                pytest.fail(f"rank {rank} failed:\n{payload}")
-            done[rank] = payload
-        return [done[r] for r in range(WORLD)]
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
-        results.close()
-
-
-#: torch 2.12's AOTAutograd metadata check rejects a ProcessGroup among
-#: inner attrs ("expected Tensor or OpaqueBase"); 2.13 accepts it, and
-#: install() carries that to 2.12 (the same native bug
-#: test_device_mesh_opaque.py documents single-process).
-_PG_BROKEN_NATIVE = harness.torch_major_minor() == (2, 12) and MODE == "native"
-
-
-#: what a rank reports for that bug (the worker's traceback, last line)
-_PG_BROKEN_MESSAGE = r"AssertionError: expected Tensor or OpaqueBase, got <class '[\w.]*ProcessGroup'>"
+    return fixtures.run_ranks(_rank_main, kind, backend, world=WORLD, timeout=TIMEOUT)
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_two_ranks_fwd_bwd(kind, backend):
-    if kind == "process_group" and _PG_BROKEN_NATIVE:
+    if kind == "process_group" and fixtures.process_group_bug_expected():
         # expected to fail with that bug, and with nothing else
         with pytest.raises(pytest.fail.Exception, match=_PG_BROKEN_MESSAGE) as failed:
             _run(kind, backend)

@@ -19,32 +19,26 @@ from __future__ import annotations
 
 import unittest
 
+import fixtures
 import harness
 
-MODE = harness.setup_mode()
+import torch
+from torch._dynamo.test_case import TestCase
+from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend
+
+import torch_subclass_rt as tsrt
+
+import torch.distributed.tensor  # noqa: F401
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+MODE = harness.current_mode()
 if harness.torch_major_minor() < (2, 11):
     raise unittest.SkipTest(
         "DTensor's mesh as an inner attr (install(dtensor=True)) is backported to torch 2.11 "
         "only; torch " + harness._torch_compat.torch_version() + " refuses dtensor=True "
         "(test_install.py)"
     )
-
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch._dynamo.test_case import TestCase  # noqa: E402
-from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend  # noqa: E402
-
-import torch_subclass_rt as tsrt  # noqa: E402
-
-import torch.distributed.tensor  # noqa: E402,F401
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh  # noqa: E402
-from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor  # noqa: E402
-
-
-def _mesh(*names: str) -> DeviceMesh:
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    return init_device_mesh("cpu", (1,) * len(names), mesh_dim_names=names)
 
 
 def _install_dtensor() -> None:
@@ -105,7 +99,7 @@ class TestDTensorOpaqueMesh(TestCase):
 
     def _fwd_bwd(self, device, backend):
         f = self.compile(lambda x: (x.sin() * 2).cos().redistribute(placements=[Replicate()]), backend)
-        self._run(f, device, _mesh("dp"))
+        self._run(f, device, fixtures.mesh("dp"))
         self.assertEqual(self.counter.frame_count, 1)
         if self.recorder is not None:
             self.assertTrue(self.recorder.fw_graphs and self.recorder.bw_graphs)
@@ -114,12 +108,12 @@ class TestDTensorOpaqueMesh(TestCase):
                 self.assertNotIn("get_attr", str(gm.graph))
 
     def test_flatten_lists_device_mesh(self, device):
-        x = distribute_tensor(torch.randn(4, device=device), _mesh("dp"), [Shard(0)])
+        x = distribute_tensor(torch.randn(4, device=device), fixtures.mesh("dp"), [Shard(0)])
         attrs, ctx = x.__tensor_flatten__()
         self.assertEqual(attrs, ["_local_tensor", "device_mesh"])
         self.assertNotIn(x.device_mesh, [c for c in ctx if isinstance(c, DeviceMesh)])
         y = DTensor.__tensor_unflatten__(
-            {"_local_tensor": x._local_tensor, "device_mesh": _mesh("dp")}, ctx, x.shape, x.stride()
+            {"_local_tensor": x._local_tensor, "device_mesh": fixtures.mesh("dp")}, ctx, x.shape, x.stride()
         )
         self.assertEqual(y.placements, x.placements)
         self.assertIsNot(y.device_mesh, x.device_mesh)
@@ -130,7 +124,7 @@ class TestDTensorOpaqueMesh(TestCase):
         from torch._library.fake_class_registry import maybe_to_fake_obj
         from torch._subclasses.fake_tensor import FakeTensorMode
 
-        mesh = _mesh("dp")
+        mesh = fixtures.mesh("dp")
         fake, other = (maybe_to_fake_obj(FakeTensorMode(), mesh) for _ in range(2))
         self.assertIsNot(fake, other)
         self.assertTrue(fake == other and fake == mesh and not fake != other)
@@ -139,7 +133,7 @@ class TestDTensorOpaqueMesh(TestCase):
         # by identity (not ported yet, tools/series_map.py)
         if MODE != "patched":
             self.assertEqual(hash(fake), hash(other))
-        self.assertTrue(fake != _mesh("tp"))
+        self.assertTrue(fake != fixtures.mesh("tp"))
 
     @unittest.skipIf(
         harness.torch_major_minor() >= (2, 12), "torch >= 2.12 tracks opaques by id (opaque_tracker)"
@@ -153,7 +147,7 @@ class TestDTensorOpaqueMesh(TestCase):
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.utils.weak import WeakIdKeyDictionary, _WeakHashRef
 
-        mesh = _mesh("dp")
+        mesh = fixtures.mesh("dp")
         fake, other = (maybe_to_fake_obj(FakeTensorMode(), mesh) for _ in range(2))
         tracker = WeakIdKeyDictionary(dict=None, ref_type=_WeakHashRef)
         tracker[fake], tracker[other] = 1, 2
@@ -183,7 +177,7 @@ class TestDTensorOpaqueMesh(TestCase):
         # mesh object (Dynamo maps it to that same graph input)
         from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 
-        glob = _mesh("dp")
+        glob = fixtures.mesh("dp")
         cases = (
             (lambda x: (x.sin() * 2).cos().redistribute(x.device_mesh, [Replicate()]), 2),
             (lambda x: (x.sin() * 2).cos().redistribute(device_mesh=x.device_mesh, placements=[Replicate()]), 2),
@@ -193,7 +187,7 @@ class TestDTensorOpaqueMesh(TestCase):
             torch._dynamo.reset()
             _clear_sharding_prop_cache()  # see setUp
             f = self.compile(fn, backend)
-            for mesh in (glob, _mesh("dp"))[:calls]:
+            for mesh in (glob, fixtures.mesh("dp"))[:calls]:
                 self._run(f, device, mesh)
             self.assertEqual(self.counter.frame_count, 1)
 
@@ -205,7 +199,7 @@ class TestDTensorOpaqueMesh(TestCase):
 
     def test_equal_meshes_one_compile(self, device):
         f = self.compile(lambda x: (x.sin() * 2).cos().redistribute(placements=[Replicate()]))
-        first, second = _mesh("dp"), _mesh("dp")
+        first, second = fixtures.mesh("dp"), fixtures.mesh("dp")
         self.assertIsNot(first, second)
         self.assertEqual(first, second)
         self._run(f, device, first)
@@ -214,8 +208,8 @@ class TestDTensorOpaqueMesh(TestCase):
 
     def test_other_dim_names_recompile(self, device):
         f = self.compile(lambda x: (x.sin() * 2).cos().redistribute(placements=[Replicate()]))
-        self._run(f, device, _mesh("dp"))
-        self._run(f, device, _mesh("tp"))
+        self._run(f, device, fixtures.mesh("dp"))
+        self._run(f, device, fixtures.mesh("tp"))
         self.assertEqual(self.counter.frame_count, 2)
 
     def _aot_over_dynamo(self, device, requires_grad):
@@ -238,7 +232,7 @@ class TestDTensorOpaqueMesh(TestCase):
             _disable_torch_fn_metadata_mode=True,
         )
         local = torch.randn(4, 4, device=device, requires_grad=requires_grad)
-        x = DTensor.from_local(local, _mesh("dp"), [Shard(0)], run_check=False)
+        x = DTensor.from_local(local, fixtures.mesh("dp"), [Shard(0)], run_check=False)
         with torch._dynamo.config.patch(force_compile_during_fx_trace=True):
             out = f(x)
         self.assertEqual(counter.frame_count, 1)
@@ -295,7 +289,7 @@ class TestDTensorOpaqueMesh(TestCase):
         # the very same functions); dtensor=True switches to the mesh-attr
         # flatten and uninstall() puts torch's functions back
         def flatten_attrs():
-            x = distribute_tensor(torch.randn(4, device=device), _mesh("dp"), [Shard(0)])
+            x = distribute_tensor(torch.randn(4, device=device), fixtures.mesh("dp"), [Shard(0)])
             return x.__tensor_flatten__()[0]
 
         from torch._library.fake_class_registry import FakeScriptObject

@@ -29,20 +29,18 @@ DTensor's flatten as 2.10 has it: the scenarios must still compile there.
 from __future__ import annotations
 
 import os
-import queue as queue_mod
-import socket
-import sys
 import time
 import traceback
 
+import fixtures
 import harness
 import pytest
 
-MODE = harness.setup_mode()
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+MODE = harness.current_mode()
 
 WORLD = 2
 #: spawn + import + every scenario's compiles (inductor: forward and backward)
@@ -276,85 +274,14 @@ def _rank_main(rank: int, only: str | None) -> dict:
     return results
 
 
-def _worker(rank: int, port: int, results, only) -> None:
-    ok = False
-    try:
-        # One inductor cache per rank. Native torch 2.13 (the mesh an opaque
-        # input): a graph whose code depends on the rank (redistribute to
-        # Shard(1) slices the rank's chunk; the coordinate is read off the
-        # mesh and baked in) gets one FX-graph-cache key on every rank, so
-        # with a shared cache directory rank 1 runs rank 0's graph (half the
-        # values wrong; redistribute_s0_r_s1-inductor, warm cache).
-        base = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-        if base:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{base}-rank{rank}"
-        torch.set_num_threads(1)
-        import torch._inductor.config as inductor_config
-
-        inductor_config.compile_threads = 1
-        dist.init_process_group("gloo", rank=rank, world_size=WORLD, init_method=f"tcp://127.0.0.1:{port}")
-        results.put(("ok", rank, _rank_main(rank, only)))
-        ok = True
-        dist.destroy_process_group()
-    except BaseException:  # noqa: BLE001 - everything goes to the parent
-        results.put(("error", rank, traceback.format_exc()))
-    finally:
-        results.close()
-        results.join_thread()
-        if not ok:
-            sys.stderr.flush()
-            os._exit(1)
-
-
-# --------------------------------------------------------------------------
-# the parent
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _spawn(only: str | None = None) -> list[dict]:
-    import time
-
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, port, results, only), daemon=True) for r in range(WORLD)]
-    done: dict[int, dict] = {}
-    deadline = time.monotonic() + TIMEOUT
-    try:
-        for p in procs:
-            p.start()
-        while len(done) < WORLD:
-            try:
-                status, rank, payload = results.get(timeout=0.5)
-            except queue_mod.Empty:
-                dead = [r for r, p in enumerate(procs) if r not in done and p.exitcode is not None]
-                if dead:
-                    try:
-                        status, rank, payload = results.get(timeout=2.0)
-                    except queue_mod.Empty:
-                        raise RuntimeError(f"rank {dead[0]} exited without reporting") from None
-                elif time.monotonic() > deadline:
-                    raise RuntimeError(f"timed out after {TIMEOUT:.0f}s")
-                else:
-                    continue
-            if status == "error":
-                raise RuntimeError(f"rank {rank} failed:\n{payload}")
-            done[rank] = payload
-        return [done[r] for r in range(WORLD)]
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
-        results.close()
+    # one Inductor cache per rank: native torch 2.13 (the mesh an opaque
+    # input) gives a graph whose code depends on the rank (redistribute to
+    # Shard(1) slices the rank's chunk; the coordinate is read off the mesh
+    # and baked in) one FX-graph-cache key on every rank, so with a shared
+    # cache directory rank 1 runs rank 0's graph (half the values wrong;
+    # redistribute_s0_r_s1-inductor, warm cache)
+    return fixtures.run_ranks(_rank_main, only, world=WORLD, timeout=TIMEOUT, cache_per_rank=True)
 
 
 def _keys() -> list[str]:

@@ -27,11 +27,11 @@ from unittest import mock
 
 import harness
 
-MODE = harness.setup_mode()
+from torch._dynamo.test_case import TestCase
 
-from torch._dynamo.test_case import TestCase  # noqa: E402
+MODE = harness.current_mode()
 
-TEST_DIR = Path(__file__).resolve().parent
+TEST_DIR = Path(harness.__file__).resolve().parent
 #: sub-directories of test/expected/ that hold something other than dumps
 OTHER_DIRS = {"source_edits"}
 _VERSION_DIR = re.compile(r"v\d+\.\d+")
@@ -45,7 +45,7 @@ def dump_writing_modules(test_dir: Path = TEST_DIR) -> list[str]:
     """Test modules that can write graph dumps: those that call the harness's
     ``assertExpectedGraph``/``assertExpectedGraphs``."""
     names = []
-    for path in sorted(test_dir.glob("test_*.py")):
+    for path in sorted(test_dir.rglob("test_*.py"), key=lambda p: p.name):
         if path.name == Path(__file__).name:
             continue
         if "assertExpectedGraph" in path.read_text():
@@ -56,8 +56,10 @@ def dump_writing_modules(test_dir: Path = TEST_DIR) -> list[str]:
 def known_test_methods(module_names) -> set[tuple[str, str]]:
     """(class name, method name) of every test method in those modules, as
     they exist after import (``instantiate_device_type_tests`` classes)."""
-    if str(TEST_DIR) not in sys.path:
-        sys.path.insert(0, str(TEST_DIR))
+    # the folders of test/ hold the modules, as pytest imports them
+    for folder in sorted({p.parent for p in TEST_DIR.rglob("test_*.py")}):
+        if str(folder) not in sys.path:
+            sys.path.append(str(folder))
     known = set()
     for name in module_names:
         module = importlib.import_module(name)

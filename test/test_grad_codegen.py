@@ -13,20 +13,19 @@ from __future__ import annotations
 import unittest
 
 import harness
+from fixtures import Scaled, runtime_metas
 
-MODE = harness.setup_mode()
+import torch
+from torch._dynamo.test_case import TestCase
 
-import torch  # noqa: E402
-from torch._dynamo.test_case import TestCase  # noqa: E402
-
-from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor  # noqa: E402
-from torch_subclass_rt.points import aot_autograd as aot_autograd_points  # noqa: E402
-from torch_subclass_rt.runtime import grad_codegen  # noqa: E402
+from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
+from torch_subclass_rt.points import aot_autograd as aot_autograd_points
+from torch_subclass_rt.runtime import grad_codegen
 # torch's own function: with install() it builds the metadata through our
 # create_subclass_metadata (its module global), natively with torch's
-from torch._functorch._aot_autograd.subclass_utils import create_subclass_meta  # noqa: E402
-from test_opaque_attr_tracing import Scaled  # noqa: E402
-from test_subclass_wrapper_codegen import runtime_metas  # noqa: E402
+from torch._functorch._aot_autograd.subclass_utils import create_subclass_meta
+
+MODE = harness.current_mode()
 
 GRAD_LOGGER = grad_codegen.log.name
 

@@ -17,12 +17,12 @@ from torch._inductor import config as inductor_config
 from torch._inductor.test_case import TestCase
 from torch._inductor.utils import fresh_inductor_cache
 
-from harness import current_mode, setup_mode
+from harness import current_mode
 
-MODE = setup_mode()
+from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
+import torch_subclass_rt as tsrt
 
-from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor  # noqa: E402
-import torch_subclass_rt as tsrt  # noqa: E402
+MODE = current_mode()
 
 
 class LockedHandle(MeshHandle):

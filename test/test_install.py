@@ -11,15 +11,15 @@ from unittest import mock
 
 import harness
 
-MODE = harness.setup_mode()
+import torch
 
-import torch  # noqa: E402
+import torch_subclass_rt as tsrt
+from torch_subclass_rt import _torch_compat
+from torch_subclass_rt.patching import registry
+from torch_subclass_rt.patching.registry import PatchError, PatchPoint
+from torch_subclass_rt.points import all_points
 
-import torch_subclass_rt as tsrt  # noqa: E402
-from torch_subclass_rt import _torch_compat  # noqa: E402
-from torch_subclass_rt.patching import registry  # noqa: E402
-from torch_subclass_rt.patching.registry import PatchError, PatchPoint  # noqa: E402
-from torch_subclass_rt.points import all_points  # noqa: E402
+MODE = harness.current_mode()
 
 VERSION = _torch_compat.torch_version()
 _MISSING = object()

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import harness
 
-MODE = harness.setup_mode()
+import torch
+from torch._dynamo.test_case import TestCase
+from torch.utils._pytree import tree_map_only
 
-import torch  # noqa: E402
-from torch._dynamo.test_case import TestCase  # noqa: E402
-from torch.utils._pytree import tree_map_only  # noqa: E402
+import torch_subclass_rt as tsrt
 
-import torch_subclass_rt as tsrt  # noqa: E402
+MODE = harness.current_mode()
 
 #: every release with opaque members has the eager loop; the native ones
 #: (where mode "native" runs them as shipped) are listed. The 2.10/2.11

@@ -6,51 +6,18 @@ recompile on a new mesh, and the graphs it traces (test/expected/)."""
 from __future__ import annotations
 
 import harness
+from fixtures import Scaled
 
-MODE = harness.setup_mode()
+import torch
+from torch._dynamo.test_case import TestCase
+from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend
 
-import torch  # noqa: E402
-import torch.utils._pytree as pytree  # noqa: E402
-from torch._dynamo.test_case import TestCase  # noqa: E402
-from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend  # noqa: E402
+from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
 
-from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor  # noqa: E402
+MODE = harness.current_mode()
 
 harness.register_type_name_normalization(MeshHandle)
 harness.register_type_name_normalization(MeshTensor)
-
-
-class Scaled(torch.Tensor):
-    """An outer subclass around a MeshTensor; its scale is flatten context."""
-
-    @staticmethod
-    def __new__(cls, inner, scale):
-        return torch.Tensor._make_wrapper_subclass(
-            cls, inner.size(), strides=inner.stride(), dtype=inner.dtype,
-            device=inner.device, requires_grad=inner.requires_grad,
-        )
-
-    def __init__(self, inner, scale):
-        self.inner = inner
-        self.scale = scale
-
-    def __repr__(self):
-        return f"Scaled({self.inner!r}, {self.scale})"
-
-    def __tensor_flatten__(self):
-        return ["inner"], (self.scale,)
-
-    @staticmethod
-    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
-        return Scaled(inner["inner"], ctx[0])
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        scale = next(a.scale for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, Scaled))
-        args, kwargs = pytree.tree_map_only(Scaled, lambda t: t.inner, (args, kwargs))
-        out = func(*args, **kwargs)
-        return pytree.tree_map_only(torch.Tensor, lambda t: Scaled(t, scale), out)
 
 
 harness.register_type_name_normalization(Scaled)

@@ -15,25 +15,25 @@ import warnings
 
 import harness
 
-MODE = harness.setup_mode()
-
-import torch  # noqa: E402
-import torch._dynamo.compiled_autograd  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch._dynamo.test_case import TestCase  # noqa: E402
-from torch._dynamo.testing import (  # noqa: E402
+import torch
+import torch._dynamo.compiled_autograd
+import torch.distributed as dist
+from torch._dynamo.test_case import TestCase
+from torch._dynamo.testing import (
     AotEagerAndRecordGraphs,
     CompileCounterWithBackend,
     EagerAndRecordGraphs,
     InductorAndRecordGraphs,
 )
-from torch._dynamo.utils import counters  # noqa: E402
-from torch._functorch import config as functorch_config  # noqa: E402
-from torch._inductor import config as inductor_config  # noqa: E402
-from torch._library.opaque_object import get_opaque_type_name  # noqa: E402
-from torch.utils._pytree import tree_leaves, tree_map_only  # noqa: E402
+from torch._dynamo.utils import counters
+from torch._functorch import config as functorch_config
+from torch._inductor import config as inductor_config
+from torch._library.opaque_object import get_opaque_type_name
+from torch.utils._pytree import tree_leaves, tree_map_only
 
-import torch_subclass_rt as tsrt  # noqa: E402
+import torch_subclass_rt as tsrt
+
+MODE = harness.current_mode()
 
 # --------------------------------------------------------------------------
 # fixtures

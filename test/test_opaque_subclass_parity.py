@@ -27,14 +27,14 @@ import unittest.mock
 
 import harness
 
-MODE = harness.setup_mode()
+import torch
+from torch._dynamo.test_case import TestCase
+from torch._dynamo.testing import CompileCounterWithBackend
+from torch.utils._pytree import tree_leaves, tree_map_only
 
-import torch  # noqa: E402
-from torch._dynamo.test_case import TestCase  # noqa: E402
-from torch._dynamo.testing import CompileCounterWithBackend  # noqa: E402
-from torch.utils._pytree import tree_leaves, tree_map_only  # noqa: E402
+import torch_subclass_rt as tsrt
 
-import torch_subclass_rt as tsrt  # noqa: E402
+MODE = harness.current_mode()
 
 
 class Grid(tsrt.OpaqueBase):

@@ -38,20 +38,18 @@ import dataclasses
 import importlib.metadata
 import importlib.util
 import os
-import queue as queue_mod
 import re
-import socket
-import sys
 import time
 import traceback
 
+import fixtures
 import harness
 import pytest
 
-MODE = harness.setup_mode()
+import torch
+import torch.distributed as dist
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
+MODE = harness.current_mode()
 
 #: the release the adoption below is written against (its flatten context)
 PHYSICSNEMO = "2.2.2"
@@ -309,79 +307,8 @@ def _rank_main(rank: int) -> dict:
     return {"compiles": compiles, "seconds": seconds}
 
 
-def _worker(rank: int, port: int, results) -> None:
-    ok = False
-    try:
-        torch.set_num_threads(1)
-        import torch._inductor.config as inductor_config
-
-        inductor_config.compile_threads = 1
-        dist.init_process_group(
-            "gloo", rank=rank, world_size=WORLD, init_method=f"tcp://127.0.0.1:{port}"
-        )
-        results.put(("ok", rank, _rank_main(rank)))
-        ok = True
-        dist.destroy_process_group()
-    except BaseException:  # noqa: BLE001 - everything goes to the parent
-        results.put(("error", rank, traceback.format_exc()))
-    finally:
-        results.close()
-        results.join_thread()
-        if not ok:
-            sys.stderr.flush()
-            os._exit(1)
-
-
-# --------------------------------------------------------------------------
-# the parent
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run() -> list[dict]:
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = _free_port()
-    procs = [
-        ctx.Process(target=_worker, args=(r, port, results), daemon=True)
-        for r in range(WORLD)
-    ]
-    done: dict[int, dict] = {}
-    deadline = time.monotonic() + TIMEOUT
-    try:
-        for p in procs:
-            p.start()
-        while len(done) < WORLD:
-            try:
-                status, rank, payload = results.get(timeout=0.5)
-            except queue_mod.Empty:
-                dead = [r for r, p in enumerate(procs) if r not in done and p.exitcode is not None]
-                if dead:
-                    try:  # a report may still be in the pipe
-                        status, rank, payload = results.get(timeout=2.0)
-                    except queue_mod.Empty:
-                        pytest.fail(f"rank {dead[0]} exited without reporting")
-                elif time.monotonic() > deadline:
-                    pytest.fail(f"timed out after {TIMEOUT:.0f}s")
-                else:
-                    continue
-            if status == "error":
-                pytest.fail(f"rank {rank} failed:\n{payload}")
-            done[rank] = payload
-        return [done[r] for r in range(WORLD)]
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
-        results.close()
+    return fixtures.run_ranks(_rank_main, world=WORLD, timeout=TIMEOUT)
 
 
 def test_shard_tensor_mesh_as_inner_attr():

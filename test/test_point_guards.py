@@ -16,15 +16,15 @@ import unittest
 
 import harness
 
-MODE = harness.setup_mode()
+import torch
+import torch.utils._pytree as pytree
+from torch._dynamo.test_case import TestCase
+from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend
 
-import torch  # noqa: E402
-import torch.utils._pytree as pytree  # noqa: E402
-from torch._dynamo.test_case import TestCase  # noqa: E402
-from torch._dynamo.testing import AotEagerAndRecordGraphs, CompileCounterWithBackend  # noqa: E402
+import torch_subclass_rt as tsrt
+from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
 
-import torch_subclass_rt as tsrt  # noqa: E402
-from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor  # noqa: E402
+MODE = harness.current_mode()
 
 
 class Config(tsrt.OpaqueBase):

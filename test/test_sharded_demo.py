@@ -18,25 +18,17 @@ from __future__ import annotations
 import multiprocessing
 import time
 
+import fixtures
 import harness
 import pytest
 
-MODE = harness.setup_mode()
-#: DeviceMesh as an opaque inner attr builds on opaque members (torch
-#: >= 2.11, or torch 2.10 with install())
-NEEDS_DEVICE_MESH_OPAQUE = pytest.mark.skipif(
-    not harness.HAS_OPAQUE_MEMBERS,
-    reason="DeviceMesh as an opaque inner attr needs opaque members (torch >= 2.11, "
-    "or install() on 2.10); the demo's default --mesh handle runs here",
-)
+import torch
+import torch.distributed as dist
+from torch._dynamo.testing import CompileCounterWithBackend
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch._dynamo.testing import CompileCounterWithBackend  # noqa: E402
+import torch_subclass_rt as tsrt
 
-import torch_subclass_rt as tsrt  # noqa: E402
-
-from torch_subclass_rt.demo import (  # noqa: E402
+from torch_subclass_rt.demo import (
     DemoConfig,
     DemoFailure,
     _MLP,
@@ -44,12 +36,21 @@ from torch_subclass_rt.demo import (  # noqa: E402
     format_report,
     run_ranks,
 )
-from torch_subclass_rt.examples.sharded import (  # noqa: E402
+from torch_subclass_rt.examples.sharded import (
     MeshHandle,
     ShardTensor,
     collective_calls,
     device_mesh_type,
     local_chunk,
+)
+
+MODE = harness.current_mode()
+#: DeviceMesh as an opaque inner attr builds on opaque members (torch
+#: >= 2.11, or torch 2.10 with install())
+NEEDS_DEVICE_MESH_OPAQUE = pytest.mark.skipif(
+    not harness.HAS_OPAQUE_MEMBERS,
+    reason="DeviceMesh as an opaque inner attr needs opaque members (torch >= 2.11, "
+    "or install() on 2.10); the demo's default --mesh handle runs here",
 )
 
 # the whole run, spawn + compile included; a cold Inductor compile of the
@@ -122,8 +123,7 @@ def test_device_mesh_shard_reads_mesh_at_trace_time():
     harness.setup_mode()
     DeviceMesh = device_mesh_type()
     assert DeviceMesh is not None, "DeviceMesh must be an opaque in this mode"
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    fixtures.gloo_world()
     from torch.distributed.device_mesh import init_device_mesh
 
     torch._dynamo.reset()

@@ -25,21 +25,21 @@ from unittest import mock
 
 import harness
 
-MODE = harness.setup_mode()
+import torch
+from torch._dynamo.test_case import TestCase
 
-import torch  # noqa: E402
-from torch._dynamo.test_case import TestCase  # noqa: E402
-
-import torch_subclass_rt as tsrt  # noqa: E402
-from torch_subclass_rt.patching import registry  # noqa: E402
-from torch_subclass_rt.patching.registry import PatchError  # noqa: E402
-from torch_subclass_rt.patching.source_edit import (  # noqa: E402
+import torch_subclass_rt as tsrt
+from torch_subclass_rt.patching import registry
+from torch_subclass_rt.patching.registry import PatchError
+from torch_subclass_rt.patching.source_edit import (
     HELPERS_NAME,
     Edit,
     edited_function,
     edited_source_of,
 )
-from torch_subclass_rt.points import _edit_api, all_points  # noqa: E402
+from torch_subclass_rt.points import _edit_api, all_points
+
+MODE = harness.current_mode()
 
 #: torch 2.10's functions are not 2.11's text: its diffs are a set of their own
 DIFF_DIR = harness.EXPECTED_DIR / "source_edits"

@@ -11,34 +11,17 @@ from __future__ import annotations
 import unittest
 
 import harness
+from fixtures import Scaled, runtime_metas
 
-MODE = harness.setup_mode()
+import torch
+from torch._dynamo.test_case import TestCase
 
-import torch  # noqa: E402
-from torch._dynamo.test_case import TestCase  # noqa: E402
+from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
+from torch_subclass_rt.runtime import codegen
 
-from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor  # noqa: E402
-from torch_subclass_rt.runtime import codegen  # noqa: E402
-# torch's own function: with install() it builds the metadata through our
-# create_subclass_metadata (its module global), natively with torch's
-from torch._functorch._aot_autograd.subclass_utils import create_subclass_meta  # noqa: E402
-from test_opaque_attr_tracing import Scaled  # noqa: E402
+MODE = harness.current_mode()
 
 CODEGEN_LOGGER = codegen.log.name
-
-
-def runtime_metas(args):
-    """Metadata as AOTAutograd holds it at run time: built from fake
-    tensors (as at trace time), then made runtime-safe."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    mode = FakeTensorMode()
-    fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
-    metas = create_subclass_meta(fake, count_symints=True)
-    for m in metas:
-        if hasattr(m, "make_runtime_safe"):
-            m.make_runtime_safe()
-    return metas
 
 
 class TestGeneratedWrapper(TestCase):

@@ -16,15 +16,15 @@ import unittest
 
 import harness
 
-MODE = harness.setup_mode()
+import torch
+from torch._dynamo.test_case import TestCase
+from torch.testing._internal.two_tensor import TwoTensor
+from torch.utils._pytree import tree_leaves, tree_map_only
 
-import torch  # noqa: E402
-from torch._dynamo.test_case import TestCase  # noqa: E402
-from torch.testing._internal.two_tensor import TwoTensor  # noqa: E402
-from torch.utils._pytree import tree_leaves, tree_map_only  # noqa: E402
+import torch_subclass_rt as tsrt
+from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
 
-import torch_subclass_rt as tsrt  # noqa: E402
-from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor  # noqa: E402
+MODE = harness.current_mode()
 
 
 class TaggedMesh(torch.Tensor):

@@ -29,17 +29,16 @@ from __future__ import annotations
 
 import unittest
 
+import fixtures
 import harness
 
-MODE = harness.setup_mode()
+import torch
+import torch._inductor.config as inductor_config
+from torch._dynamo.test_case import TestCase
+from torch.testing._internal.two_tensor import TwoTensor
+from torch.utils._pytree import tree_map_only
 
-import torch  # noqa: E402
-import torch._inductor.config as inductor_config  # noqa: E402
-from torch._dynamo.test_case import TestCase  # noqa: E402
-from torch.testing._internal.two_tensor import TwoTensor  # noqa: E402
-from torch.utils._pytree import tree_map_only  # noqa: E402
-
-import torch_subclass_rt as tsrt  # noqa: E402
+MODE = harness.current_mode()
 
 
 class Tagged(torch.Tensor):
@@ -93,16 +92,7 @@ def outcome(fn):
 )
 class TestInstallIsTransparent(TestCase):
     def stock_and_installed(self, fn):
-        tsrt.uninstall()
-        self.assertEqual(tsrt.status().mode, "off")
-        try:
-            stock = outcome(fn)
-            st = tsrt.install(force=MODE == "forced")
-            self.assertEqual(st.mode, MODE)
-            installed = outcome(fn)
-        finally:
-            harness.restore_mode()
-        return stock, installed
+        return fixtures.stock_and_installed(lambda: outcome(fn))
 
     def assertSameError(self, fn, expected_text):
         stock, installed = self.stock_and_installed(fn)

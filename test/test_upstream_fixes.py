@@ -20,14 +20,14 @@ from unittest import mock
 
 import harness
 
-MODE = harness.setup_mode()
+import torch
+import torch._dynamo.exc
+import torch.utils._pytree as pytree
+from torch._dynamo.test_case import TestCase
 
-import torch  # noqa: E402
-import torch._dynamo.exc  # noqa: E402
-import torch.utils._pytree as pytree  # noqa: E402
-from torch._dynamo.test_case import TestCase  # noqa: E402
+import torch_subclass_rt as tsrt
 
-import torch_subclass_rt as tsrt  # noqa: E402
+MODE = harness.current_mode()
 
 NATIVE = harness.torch_major_minor() >= (2, 12)
 

@@ -37,28 +37,21 @@ from __future__ import annotations
 
 import unittest
 
+import fixtures
 import harness
 
-MODE = harness.setup_mode()
+import torch
+import torch.utils._pytree as pytree
+from torch._dynamo.testing import CompileCounterWithBackend
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.utils._pytree as pytree  # noqa: E402
-from torch._dynamo.testing import CompileCounterWithBackend  # noqa: E402
-
-import torch_subclass_rt as tsrt  # noqa: E402
+import torch_subclass_rt as tsrt
 
 # registers DeviceMesh as an opaque on torch >= 2.12 and with the series
-import torch.distributed.tensor  # noqa: E402,F401
-from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+import torch.distributed.tensor  # noqa: F401
+
+MODE = harness.current_mode()
 
 needs_mesh = harness.needs_opaque_members
-
-
-def _mesh(*names: str):
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    return init_device_mesh("cpu", (1,) * len(names), mesh_dim_names=names)
 
 
 class Handle(tsrt.OpaqueBase):
@@ -175,7 +168,7 @@ class TestNoReprSubclass(TestCase):
 
     # a real 1-D DeviceMesh: two equal meshes (other objects), one compile
     def _two_equal_meshes(self):
-        a, b = _mesh("dp"), _mesh("dp")
+        a, b = fixtures.mesh("dp"), fixtures.mesh("dp")
         self.assertIsNot(a, b)
         return (a, b, a)
 
@@ -197,7 +190,7 @@ class TestNoReprSubclass(TestCase):
 
     @needs_mesh
     def test_other_dim_names_recompile(self):
-        self._check("aot_eager", (_mesh("dp"), _mesh("tp")), train=True, frames=2)
+        self._check("aot_eager", (fixtures.mesh("dp"), fixtures.mesh("tp")), train=True, frames=2)
 
     # a user's handle class (guarded by type: one compile for any two)
     def test_train_handle_aot_eager(self):

@@ -18,6 +18,7 @@ import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch._dynamo.testing import CompileCounterWithBackend, normalize_gm
 
+import fixtures
 import gen
 from gen import FuzzTensor
 
@@ -299,15 +300,9 @@ def observe(case: gen.Case, seed: int, backend_factory) -> dict:
 def check_transparency(case: gen.Case, seed: int = 0) -> None:
     """Stock torch 2.11 vs install(), one process: ``observe`` must agree
     on everything. Leaves torch installed (the mode under test)."""
-    import torch_subclass_rt as tsrt
     from torch._dynamo.testing import AotEagerAndRecordGraphs
 
-    tsrt.uninstall()
-    try:
-        stock = observe(case, seed, AotEagerAndRecordGraphs)
-    finally:
-        tsrt.install()
-    ours = observe(case, seed, AotEagerAndRecordGraphs)
+    stock, ours = fixtures.stock_and_installed(lambda: observe(case, seed, AotEagerAndRecordGraphs))
     for key in sorted(set(stock) | set(ours)):
         if stock.get(key) != ours.get(key):
             raise AssertionError(

@@ -60,24 +60,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
-from pathlib import Path
+import unittest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # harness
+import torch
+from hypothesis import HealthCheck, given, reject, seed, settings
+from hypothesis import strategies as st
 
-import harness  # noqa: E402
+# harness (test/), gen and run_case (this folder): pytest puts both folders
+# on sys.path (test/conftest.py)
+import fixtures
+import gen
+import harness
+import run_case
 
-MODE = harness.setup_mode()
-
-import unittest  # noqa: E402
-
-import torch  # noqa: E402
-from hypothesis import HealthCheck, given, reject, seed, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gen  # noqa: E402
-import run_case  # noqa: E402
+MODE = harness.current_mode()
 
 EXAMPLES = int(os.environ.get("TSRT_FUZZ_EXAMPLES", "200"))
 SEED = int(os.environ.get("TSRT_FUZZ_SEED", "0"))
@@ -400,21 +396,13 @@ def _stock_vs_install(test, run):
     (type, message)); stock torch 2.11 and install() must agree."""
     import re
 
-    import torch_subclass_rt as tsrt
-
     def observe():
-        torch._dynamo.reset()
         try:
             return run()
         except Exception as e:  # noqa: BLE001 - compared, not swallowed
             return ("error", type(e).__name__, re.sub(r"0x[0-9a-f]+", "0x?", str(e)))
 
-    tsrt.uninstall()
-    try:
-        stock = observe()
-    finally:
-        tsrt.install()
-    ours = observe()
+    stock, ours = fixtures.stock_and_installed(observe)
     test.assertEqual(stock, ours, "install() changed what a subclass without opaques observes")
     return ours
 

@@ -1,0 +1,338 @@
+"""What several test modules share: process groups and meshes, the 2-rank
+spawner, the stock-vs-installed comparator, and the known torch bugs more
+than one module records.
+
+:mod:`harness` is the machinery (the mode under test, expected failures,
+graph dumps); this module holds the objects tests are written with. It may
+be imported before the mode is set (a spawned rank imports it to start):
+nothing here registers an opaque or patches anything at import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import queue as queue_mod
+import socket
+import sys
+import time
+import traceback
+
+import harness
+import pytest
+
+import torch
+import torch.distributed as dist
+
+from torch_subclass_rt._modes import Mode
+
+# --------------------------------------------------------------------------
+# one process: a world-size-1 gloo default group (DeviceMesh needs one)
+
+
+def gloo_world() -> None:
+    """The default process group: gloo, rank 0 of 1, in this process."""
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+
+
+def mesh(*names: str):
+    """A CPU DeviceMesh of one rank per dimension, named ``names``."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    gloo_world()
+    return init_device_mesh("cpu", (1,) * len(names), mesh_dim_names=names)
+
+
+def new_group():
+    """A new gloo ProcessGroup over rank 0 of the one-rank world."""
+    gloo_world()
+    return dist.new_group([0], backend="gloo")
+
+
+# --------------------------------------------------------------------------
+# nested subclasses (test_opaque_attr_tracing, the codegen tests)
+
+
+class Scaled(torch.Tensor):
+    """An outer subclass around a MeshTensor; its scale is flatten context."""
+
+    @staticmethod
+    def __new__(cls, inner, scale):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, inner.size(), strides=inner.stride(), dtype=inner.dtype,
+            device=inner.device, requires_grad=inner.requires_grad,
+        )
+
+    def __init__(self, inner, scale):
+        self.inner = inner
+        self.scale = scale
+
+    def __repr__(self):
+        return f"Scaled({self.inner!r}, {self.scale})"
+
+    def __tensor_flatten__(self):
+        return ["inner"], (self.scale,)
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        return Scaled(inner["inner"], ctx[0])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        scale = next(a.scale for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, Scaled))
+        args, kwargs = torch.utils._pytree.tree_map_only(Scaled, lambda t: t.inner, (args, kwargs))
+        out = func(*args, **kwargs)
+        return torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: Scaled(t, scale), out)
+
+
+def runtime_metas(args):
+    """Metadata as AOTAutograd holds it at run time: built from fake
+    tensors (as at trace time), then made runtime-safe."""
+    # torch's own function: with install() it builds the metadata through
+    # our create_subclass_metadata (its module global), natively with torch's
+    from torch._functorch._aot_autograd.subclass_utils import create_subclass_meta
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+    metas = create_subclass_meta(fake, count_symints=True)
+    for m in metas:
+        if hasattr(m, "make_runtime_safe"):
+            m.make_runtime_safe()
+    return metas
+
+
+# --------------------------------------------------------------------------
+# a sharded tensor holding its mesh
+
+
+def real(obj):
+    """The real object of a FakeScriptObject (what an opaque is while
+    AOTAutograd traces), else ``obj``."""
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    return obj.real_obj if isinstance(obj, FakeScriptObject) else obj
+
+
+class MeshSharded(torch.Tensor):
+    """A sharded tensor as PhysicsNeMo's ShardTensor holds one: the local
+    shard ``_local`` and its ``mesh`` (a DeviceMesh, a submesh, a
+    ProcessGroup, a user's opaque) are inner attrs, and dispatch reads the
+    mesh as a sharded tensor does (a subclass's :meth:`read_mesh`, which
+    records what it read in the subclass's ``seen``, per call, trace or
+    eager). Ops run on the shard; tensor outputs carry the input's mesh.
+
+    A subclass sets ``seen`` (a list of its own), :meth:`read_mesh`, and
+    ``__tensor_unflatten__`` building itself."""
+
+    seen: list
+
+    @staticmethod
+    def __new__(cls, local, mesh):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, local.shape, strides=local.stride(), dtype=local.dtype,
+            device=local.device, requires_grad=local.requires_grad,
+        )
+
+    def __init__(self, local, mesh):
+        self._local = local
+        self.mesh = mesh
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self._local!r})"
+
+    def __tensor_flatten__(self):
+        return ["_local", "mesh"], None
+
+    @classmethod
+    def read_mesh(cls, mesh) -> None:
+        raise NotImplementedError(f"{cls.__name__}.read_mesh: what dispatch reads off the mesh")
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        import torch.utils._pytree as pytree
+
+        kwargs = kwargs or {}
+        mesh = next(a.mesh for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, cls))
+        cls.read_mesh(mesh)
+        args, kwargs = pytree.tree_map_only(cls, lambda t: t._local, (args, kwargs))
+        out = func(*args, **kwargs)
+        return pytree.tree_map_only(torch.Tensor, lambda t: cls(t, mesh), out)
+
+
+def mesh_recording_op(name: str):
+    """``(op, recorded)``: a custom op ``name`` taking ``(x, mesh)`` (a
+    DeviceMesh, an opaque) and returning ``x.clone()``, and the list of the
+    meshes it ran with (by identity): what the compiled graph handed a
+    collective. Define it at a test module's import, after install()."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    recorded: list = []
+
+    def record(x, mesh):
+        recorded.append(mesh)
+        return x.clone()
+
+    # not string annotations (this module's __future__ import): the schema
+    # is read off real types
+    record.__annotations__ = {"x": torch.Tensor, "mesh": DeviceMesh, "return": torch.Tensor}
+    op = torch.library.custom_op(name, record, mutates_args=())
+    op.register_fake(lambda x, mesh: torch.empty_like(x))
+    return op, recorded
+
+
+# --------------------------------------------------------------------------
+# known torch bugs that more than one module records
+
+#: torch 2.12 registers ProcessGroup as an opaque, but its
+#: ``isinstance(x, OpaqueBase)`` is nominal, so AOTAutograd's metadata check
+#: refuses a ProcessGroup among inner attrs; 2.13 asks the registry, and
+#: install() carries that to 2.12 (points/_upstream_fixes.py). Recorded in one process
+#: (test_device_mesh_opaque.py) and over two ranks
+#: (test_distributed_opaque_ranks.py).
+PROCESS_GROUP_BUG_FIX = "PR 180530"
+PROCESS_GROUP_BUG_RELEASES = ("2.12.0", "2.12.1")
+PROCESS_GROUP_BUG_MESSAGE = r"expected Tensor or OpaqueBase, got <class '[\w.]*ProcessGroup'>"
+
+
+def process_group_bug():
+    """:func:`harness.upstream_bug` for a test that puts a ProcessGroup
+    among a subclass's inner attrs."""
+    return harness.upstream_bug(
+        PROCESS_GROUP_BUG_FIX, broken_on=PROCESS_GROUP_BUG_RELEASES, fails_with=(AssertionError,),
+        match=PROCESS_GROUP_BUG_MESSAGE,
+    )
+
+
+def process_group_bug_expected() -> bool:
+    """Whether this torch and mode have that bug (nothing carries the fix)."""
+    return (
+        harness._torch_compat.torch_version() in PROCESS_GROUP_BUG_RELEASES
+        and harness.current_mode() == Mode.NATIVE
+    )
+
+
+# --------------------------------------------------------------------------
+# stock torch and install() in one process
+
+
+def stock_and_installed(observe):
+    """``(observe() on stock torch, observe() with install())``: install()
+    is taken out for the first call and put back in the mode under test
+    (:func:`harness.restore_mode`) whatever happens. Dynamo's caches are
+    reset before each call, so neither reads the other's compiles."""
+    import torch_subclass_rt as tsrt
+
+    def run():
+        torch._dynamo.reset()
+        return observe()
+
+    tsrt.uninstall()
+    assert tsrt.status().mode == Mode.OFF, tsrt.status()
+    try:
+        stock = run()
+        st = tsrt.install(force=harness.current_mode() == Mode.FORCED)
+        assert st.mode == harness.current_mode(), st
+        installed = run()
+    finally:
+        harness.restore_mode()
+    return stock, installed
+
+
+# --------------------------------------------------------------------------
+# spawned gloo ranks
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_entry(rank: int, world: int, port: int, target: tuple[str, str], args: tuple,
+                results, cache_per_rank: bool) -> None:
+    """A spawned rank: the mode, the test module, the process group, then
+    ``target(rank, *args)``; its result or traceback goes to the parent."""
+    ok = False
+    try:
+        if cache_per_rank:
+            # (why: test_dtensor_scenarios._spawn)
+            base = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+            if base:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{base}-rank{rank}"
+        # no conftest in a rank: the mode first, then the test module,
+        # whose code may need it (Note [The mode is set before a test
+        # module runs])
+        harness.setup_mode()
+        module, name = target
+        fn = getattr(importlib.import_module(module), name)
+        torch.set_num_threads(1)
+        import torch._inductor.config as inductor_config
+
+        inductor_config.compile_threads = 1
+        dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
+        results.put(("ok", rank, fn(rank, *args)))
+        ok = True
+        dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001 - everything goes to the parent
+        results.put(("error", rank, traceback.format_exc()))
+    finally:
+        results.close()
+        results.join_thread()
+        if not ok:
+            sys.stderr.flush()
+            os._exit(1)
+
+
+def run_ranks(fn, *args, world: int = 2, timeout: float, cache_per_rank: bool = False) -> list:
+    """``fn(rank, *args)`` in ``world`` spawned processes joined in one gloo
+    group; the ranks' results, by rank. ``fn`` is a module-level function of
+    a test module (a rank imports it by name). A rank that raises, dies
+    without reporting, or a run past ``timeout`` seconds fails the test
+    (``pytest.fail``) with the rank's traceback; no rank is left running.
+    ``cache_per_rank``: each rank its own Inductor cache directory."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    target = (fn.__module__, fn.__qualname__)
+    procs = [
+        ctx.Process(
+            target=_rank_entry, args=(r, world, port, target, args, results, cache_per_rank), daemon=True
+        )
+        for r in range(world)
+    ]
+    done: dict[int, object] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        for p in procs:
+            p.start()
+        while len(done) < world:
+            try:
+                status, rank, payload = results.get(timeout=0.5)
+            except queue_mod.Empty:
+                dead = [r for r, p in enumerate(procs) if r not in done and p.exitcode is not None]
+                if dead:
+                    try:  # a report may still be in the pipe
+                        status, rank, payload = results.get(timeout=2.0)
+                    except queue_mod.Empty:
+                        pytest.fail(f"rank {dead[0]} exited without reporting")
+                elif time.monotonic() > deadline:
+                    pytest.fail(f"timed out after {timeout:.0f}s")
+                else:
+                    continue
+            if status == "error":
+                pytest.fail(f"rank {rank} failed:\n{payload}")
+            done[rank] = payload
+        return [done[r] for r in range(world)]
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+        results.close()
+
