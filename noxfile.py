@@ -23,7 +23,7 @@
   nox -s "tests(torch='2.12.0')"   a first release whose patch release has the session
   nox -s "tests(torch='2.14.0')"   above: only what can differ per wheel (FIRST_RELEASES)
 
-The fix tests (test/test_upstream_fixes.py) fail as xfail in plain native on
+The fix tests (test/points/test_upstream_fixes.py) fail as xfail in plain native on
 a release that has the bug and must pass with install(); the whole suite runs
 once per torch in the mode that carries the fixes, so the matrix stays short.
 
@@ -44,21 +44,21 @@ nox.options.reuse_existing_virtualenvs = True
 PYTEST = ["python", "-m", "pytest", "test", "-q", "-p", "no:cacheprovider", "-rs"]
 
 
-FIX_TESTS = "test/test_upstream_fixes.py"
+FIX_TESTS = "test/points/test_upstream_fixes.py"
 #: also upstream_bug tests (PR 193452), in a file of their own
-LAZY_TESTS = "test/test_lazy_members.py"
+LAZY_TESTS = "test/runtime/test_lazy_members.py"
 #: spawns two gloo ranks per case (about a minute each with inductor): run
 #: where the feature's two implementations are, the backport (2.11) and
 #: native torch (2.13), not again in the modes that share one of them
 #: (forced reuses 2.13's distributed code, native+fixes adds no distributed
-#: point). Locally: TSRT_MODE=<mode> python -m pytest test/test_distributed_opaque_ranks.py
-RANKS_TESTS = "test/test_distributed_opaque_ranks.py"
+#: point). Locally: TSRT_MODE=<mode> python -m pytest test/distributed/test_distributed_opaque_ranks.py
+RANKS_TESTS = "test/distributed/test_distributed_opaque_ranks.py"
 
 #: DTensor's compile scenarios over two gloo ranks, one spawn (2.5-4 minutes
 #: at load 14): where DTensor's fake mesh differs, the backport (2.10 with
 #: plain install(), 2.11 with install(dtensor=True)) and native 2.13; not in
 #: forced mode nor native+fixes, which add no distributed point
-DTENSOR_SCENARIOS = "test/test_dtensor_scenarios.py"
+DTENSOR_SCENARIOS = "test/distributed/test_dtensor_scenarios.py"
 
 #: PhysicsNeMo's ShardTensor adopting the mesh as an inner attr: a real
 #: third-party subclass over two gloo ranks, one spawn for both backends
@@ -68,7 +68,7 @@ DTENSOR_SCENARIOS = "test/test_dtensor_scenarios.py"
 #: on 2.10 and 2.11 (their fakes of a DeviceMesh differ) and native 2.13;
 #: not in forced mode (2.13's distributed code, as RANKS_TESTS). Elsewhere
 #: the test skips for want of physicsnemo.
-PHYSICSNEMO_TESTS = "test/test_physicsnemo_shard_tensor.py"
+PHYSICSNEMO_TESTS = "test/distributed/test_physicsnemo_shard_tensor.py"
 PHYSICSNEMO_REQUIREMENTS = "test/requirements-physicsnemo.txt"
 PHYSICSNEMO_TORCHES = ("2.10.0", "2.11.0", "2.13.0")
 
@@ -78,7 +78,7 @@ PHYSICSNEMO_TORCHES = ("2.10.0", "2.11.0", "2.13.0")
 #: torch where install() changes ``status().mode``: they run once on a
 #: backport torch (2.11) and once on a native one (2.13), not in every
 #: session nor in every mode
-COMPARE_TESTS = "test/test_compare.py"
+COMPARE_TESTS = "test/tools/test_compare.py"
 
 #: releases install() carries fixes on whose patch release (2.12.1, 2.14.1)
 #: has a session running the whole suite. The .0 wheel ships the same
@@ -93,15 +93,15 @@ FIRST_RELEASE_NATIVE = [
     # PR 193452 (open upstream): registered members read eagerly
     LAZY_TESTS,
     # PR 180530: torch 2.12 refuses a ProcessGroup among inner attrs
-    "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
+    "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
 ]
 FIRST_RELEASE_FIXES = [
     *FIRST_RELEASE_NATIVE,
-    "test/test_install.py",
-    "test/test_no_deprecation.py",
-    "test/test_opaque_attr_tracing.py",
-    "test/test_opaque_subclass_attrs.py",
-    "test/test_point_guards.py",
+    "test/patching/test_install.py",
+    "test/patching/test_no_deprecation.py",
+    "test/runtime/test_opaque_attr_tracing.py",
+    "test/runtime/test_opaque_subclass_attrs.py",
+    "test/points/test_point_guards.py",
 ]
 
 
@@ -152,7 +152,7 @@ def _fresh_inductor_cache(session: nox.Session) -> dict[str, str]:
     """An empty Inductor/AOTAutograd cache directory for this run: results
     must not depend on entries an earlier run (of older code) left in the
     machine-wide default. Both modes of one torch share it, as they would on
-    a user's machine (test/test_cache_across_modes.py)."""
+    a user's machine (test/points/test_cache_across_modes.py)."""
     # absolute: Inductor runs the C++ compiler from another working directory
     cache = os.path.abspath(os.path.join(session.create_tmp(), "inductor-cache"))
     shutil.rmtree(cache, ignore_errors=True)
@@ -278,7 +278,7 @@ def tests(session: nox.Session, torch: str) -> None:
             session, "diff", "-r", os.path.join(dumps, "native"), os.path.join(dumps, "forced"),
             external=True,
         )
-        _run_files(session, "native+fixes", [FIX_TESTS, LAZY_TESTS, "test/test_install.py"], env)
+        _run_files(session, "native+fixes", [FIX_TESTS, LAZY_TESTS, "test/patching/test_install.py"], env)
         _instruction_gate(session, "native", env)
 
 

@@ -43,7 +43,7 @@ backport mode, the extra instructions per subclass input exceed
 instead: only on purpose, after a change that is meant to cost more, or
 faster code (the gate says when figures are well below the baseline).
 
-``TSRT_BENCH_SLOWDOWN=<units>`` (for test/test_benchmarks.py) makes the
+``TSRT_BENCH_SLOWDOWN=<units>`` (for test/tools/test_benchmarks.py) makes the
 generated per-call subclass wrapper of backport mode do extra work per
 subclass argument on every call, as a regression would.
 """

@@ -518,7 +518,8 @@ def instantiate_cpu_and_cuda(generic: type, scope: dict) -> None:
 
 def _main_is_a_test_file() -> bool:
     """Whether this process runs a test file of this folder as a script
-    (``python test/test_x.py``): no conftest sets the mode there (Note [The
+    (``PYTHONPATH=test python test/runtime/test_x.py``; the folders hold
+    no ``harness`` of their own): no conftest sets the mode there (Note [The
     mode is set before a test module runs])."""
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     if not path:

@@ -36,7 +36,7 @@ Usage (from the repository root, in the environment of the torch to check)::
     python tools/ablate_points.py --point aot_autograd.is_fun
     python tools/ablate_points.py --group library       # all "library.*" at once
     python tools/ablate_points.py --group dtensor       # the opt-in group "dtensor"
-    python tools/ablate_points.py --discover test/test_opaque_subclass_attrs.py --point fake_tensors.is_fake
+    python tools/ablate_points.py --discover test/runtime/test_opaque_subclass_attrs.py --point fake_tensors.is_fake
 """
 
 from __future__ import annotations

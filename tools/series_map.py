@@ -22,7 +22,7 @@ and checks:
   opt-in groups in :data:`NOT_YET_IN_SERIES_GROUPS`.
 
 So adding a point without its series counterpart, or a hunk without its
-point, fails (``test/test_series_map.py``). Without problems it prints the
+point, fails (``test/series/test_series_map.py``). Without problems it prints the
 map and exits 0; otherwise it prints each problem and exits 1.
 
 How a change is located: the series is applied in memory, patch by patch,
@@ -83,7 +83,7 @@ NOT_YET_IN_SERIES_POINTS: Mapping[str, str] = {
 #     lacks) are patch 0000. So one ``series`` entry names the same change
 #     in every series it is in, and a point shared by 2.10 and 2.11 is
 #     checked against both. The patches a series leaves out are declared
-#     below; test/test_series_map.py checks the subjects line up.
+#     below; test/series/test_series_map.py checks the subjects line up.
 #: per series version, the patches of the newest series it leaves out, and
 #: why: a point entry naming one of them is not looked for in that series
 LEFT_OUT_OF_SERIES: Mapping[str, Mapping[str, str]] = {

@@ -64,22 +64,22 @@ from tools import apply_patches, make_checkout, series_map, upstream  # noqa: E4
 
 # the graph-dump suites compared between the patched torch and the backport
 SUITES = (
-    REPO_ROOT / "test" / "test_opaque_subclass_attrs.py",
-    REPO_ROOT / "test" / "test_opaque_attr_tracing.py",
-    REPO_ROOT / "test" / "test_point_guards.py",
+    REPO_ROOT / "test" / "runtime" / "test_opaque_subclass_attrs.py",
+    REPO_ROOT / "test" / "runtime" / "test_opaque_attr_tracing.py",
+    REPO_ROOT / "test" / "points" / "test_point_guards.py",
     # no dumps; run against the patched torch for the series' behaviour
-    REPO_ROOT / "test" / "test_opaque_subclass_parity.py",
+    REPO_ROOT / "test" / "runtime" / "test_opaque_subclass_parity.py",
     # no graph dumps: run in both modes for its assertions (DeviceMesh /
     # ProcessGroup registration and errors must agree)
-    REPO_ROOT / "test" / "test_device_mesh_opaque.py",
+    REPO_ROOT / "test" / "distributed" / "test_device_mesh_opaque.py",
     # no graph dumps: DTensor's mesh as an inner attr, unconditional in the
     # series (0014), install(dtensor=True) in backport mode
-    REPO_ROOT / "test" / "test_dtensor_opaque_mesh.py",
+    REPO_ROOT / "test" / "distributed" / "test_dtensor_opaque_mesh.py",
     # no graph dumps: subclasses without __repr__ and the donated-buffer
     # case (0018); the patched torch must pass them as install() does
-    REPO_ROOT / "test" / "test_user_written_subclasses.py",
+    REPO_ROOT / "test" / "runtime" / "test_user_written_subclasses.py",
     # no graph dumps: registered members resolved when read (0020)
-    REPO_ROOT / "test" / "test_lazy_members.py",
+    REPO_ROOT / "test" / "runtime" / "test_lazy_members.py",
 )
 
 #: the release the upstream series (patches/upstream/) is written against:
@@ -91,7 +91,7 @@ UPSTREAM_BRANCH = f"opaque-fixes-upstream-v{UPSTREAM_BASE}"
 #: the suites that test one patch of the series: a series that leaves that
 #: patch out (series_map.LEFT_OUT_OF_SERIES) has nothing for them to test
 SUITE_NEEDS_PATCH = {
-    REPO_ROOT / "test" / "test_dtensor_opaque_mesh.py": "0014",
+    REPO_ROOT / "test" / "distributed" / "test_dtensor_opaque_mesh.py": "0014",
 }
 
 

@@ -75,7 +75,7 @@ def _sub(sub, name: str, help: str, description: str, examples: list[tuple[str, 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line's parser (test/test_docs.py checks every command the
+    """The command line's parser (test/tools/test_docs.py checks every command the
     docs show against it)."""
     parser = argparse.ArgumentParser(
         prog="python -m torch_subclass_rt", description=_DESCRIPTION, epilog=_EPILOG,

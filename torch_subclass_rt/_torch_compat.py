@@ -35,7 +35,7 @@ is_opaque_value_type           is_opaque_constant_type         :func:`is_value_o
 is_opaque_reference_type       is_opaque_symbolic_type         :func:`is_reference_opaque_type`
 =============================  ==============================  =========================
 
-test/test_no_deprecation.py checks that install(), a compile and
+test/patching/test_no_deprecation.py checks that install(), a compile and
 uninstall() log none of those warnings.
 """
 

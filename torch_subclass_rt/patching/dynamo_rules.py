@@ -30,7 +30,7 @@ builds Dynamo's by-name rule map from torch's own objects (built while
 installed, it would record our replacements under torch's names and keep
 them after uninstall).
 
-``test/test_trace_rules.py`` checks every point of every mode on the torch it
+``test/patching/test_trace_rules.py`` checks every point of every mode on the torch it
 runs on.
 """
 

@@ -17,7 +17,7 @@ time, lives in the private modules (``_torch_2_11_base``: what torch 2.11
 has and 2.10 lacks; ``_opaque_members``; ``_distributed_opaques``;
 ``_derived_submesh``; ``_dtensor``; ``_lazy_members``; ``_upstream_fixes``;
 ``_tracing``; ``_functional``; ``_parametrize``; ``_validation``), which
-declare no point. test/test_point_layout.py checks all of it.
+declare no point. test/points/test_point_layout.py checks all of it.
 
 Note [Points shared by torch 2.10 and 2.11]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -321,5 +321,5 @@ _NOT_YET_IN_SERIES = (
     "not yet ported into patches/v2.11.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)"
 )
 _REAL_OPAQUE_SAVED_TEST = (
-    "test/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_aot_over_dynamo_mesh_output_backward_cpu"
+    "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_aot_over_dynamo_mesh_output_backward_cpu"
 )

@@ -44,7 +44,7 @@ from typing import Any
 #: the point group install(dtensor=True) adds
 GROUP = "dtensor"
 
-_GUARD = "test/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::"
+_GUARD = "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::"
 
 
 def _tensor_flatten(self):

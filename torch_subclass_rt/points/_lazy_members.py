@@ -193,7 +193,7 @@ def _importers(*modules: str) -> tuple[str, ...]:
 
 _FIX = "PR 193452 (open; issue 187505 items 3-4)"
 _F = "0020 torch/_library/fake_class_registry.py::"
-_TEST = "test/test_lazy_members.py::TestLazyMembers::"
+_TEST = "test/runtime/test_lazy_members.py::TestLazyMembers::"
 _TESTS = (
     f"{_TEST}test_unread_member_not_evaluated",
     f"{_TEST}test_inlined_member_side_effect_on_runtime_object",

@@ -42,7 +42,7 @@ from typing import Any
 from ..patching.source_edit import Edit, edited_function
 
 _OO = "torch._library.opaque_object"
-_MEMBERS_TEST = "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU"
+_MEMBERS_TEST = "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU"
 
 
 class MemberType(enum.Enum):

@@ -355,16 +355,16 @@ def _build_can_lift_attrs_to_inputs(original):
 
 
 _BACKWARD_TEST = (
-    "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU"
+    "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU"
     "::test_tensor_subclass_with_opaque_attr_backward_cpu"
 )
 _NESTED_BACKWARD_TEST = (
     # saves a computed tensor after the opaque input in graph order: without
     # the reorder the opaque lands among the saved tensors
-    "test/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU"
+    "test/runtime/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU"
     "::test_nested_subclass_backward_cpu"
 )
 _INDUCTOR_TEST = (
-    "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
+    "test/runtime/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
     "::test_inductor_fwd_bwd_cpu"
 )

@@ -14,7 +14,7 @@ the 2.11 backport's own replacement of the same function (see
 ``registry.plan``); the issue 179870 archive writer is the exception, a
 short function rewritten whole (its docstring says why). ``upstream_fix`` names the upstream PR; the test that
 reproduces the bug on every affected release is in
-``test/test_upstream_fixes.py``.
+``test/points/test_upstream_fixes.py``.
 
 Issue 187041 (a value opaque that is subclass metadata and is also stored
 through a side effect reaches the side effect as a FakeScriptObject;
@@ -478,7 +478,7 @@ def _build_donated_buffers_skip_opaques(original):
     return collect_fw_donated_buffer_idxs
 
 
-_USER_TESTS = "test/test_user_written_subclasses.py::"
+_USER_TESTS = "test/runtime/test_user_written_subclasses.py::"
 _NO_REPR_TESTS = tuple(
     f"{_USER_TESTS}TestNoReprSubclass::test_{name}"
     for name in (

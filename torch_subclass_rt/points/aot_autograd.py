@@ -242,7 +242,7 @@ POINTS = [
         # class default makes it read as "no opaque saved" under install()
         guarded_by=(
             _torch_2_11_base._BACKWARD_TEST,
-            "test/test_cache_across_modes.py::TestCacheAcrossInstall"
+            "test/points/test_cache_across_modes.py::TestCacheAcrossInstall"
             "::test_stock_entry_loaded_with_install",
         ),
         **ONLY_2_10,
@@ -282,7 +282,7 @@ POINTS = [
         ),
         guarded_by=(
             _torch_2_11_base._BACKWARD_TEST,
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU"
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU"
             "::test_tensor_subclass_opaque_backward_compiled_autograd_cpu",
         ),
         **ONLY_2_10,
@@ -295,7 +295,7 @@ POINTS = [
         new_attribute=True,
         series=("0001 torch/_functorch/_aot_autograd/schemas.py::OpaqueMeta",),
         guarded_by=(
-            "test/test_point_guards.py::TestPointGuards::test_opaque_meta_defined_in_schemas",
+            "test/points/test_point_guards.py::TestPointGuards::test_opaque_meta_defined_in_schemas",
         ),
         **ONLY_BACKPORT,
     ),
@@ -306,7 +306,7 @@ POINTS = [
         reason="2.12 re-exports OpaqueMeta from torch._functorch.aot_autograd",
         new_attribute=True,
         series=("0001 torch/_functorch/aot_autograd.py::<imports>",),
-        guarded_by=("test/test_point_guards.py::TestPointGuards::test_opaque_meta_reexported",),
+        guarded_by=("test/points/test_point_guards.py::TestPointGuards::test_opaque_meta_reexported",),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
@@ -322,8 +322,8 @@ POINTS = [
             "::SubclassCreationMeta.compute_outer_size_and_stride",
         ),
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
-            "test/test_point_guards.py::TestOurRuntimeRuns::test_runs_our_creation_fn",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+            "test/points/test_point_guards.py::TestOurRuntimeRuns::test_runs_our_creation_fn",
         ),
         **RUNTIME,
     ),
@@ -339,8 +339,8 @@ POINTS = [
             "0001 torch/_library/opaque_object.py::unregistered_object_in_tensor_attrs_error",
         ),
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
-            "test/test_point_guards.py::TestOurRuntimeRuns::test_runs_our_create_subclass_metadata",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+            "test/points/test_point_guards.py::TestOurRuntimeRuns::test_runs_our_create_subclass_metadata",
         ),
         **RUNTIME,
     ),
@@ -356,8 +356,8 @@ POINTS = [
         ),
         series=("0001 torch/_functorch/_aot_autograd/subclass_utils.py::unwrap_tensor_subclasses",),
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_no_stale_compile_time_opaque_canary_cpu",
-            "test/test_point_guards.py::TestOurRuntimeRuns::test_runs_our_unwrap_tensor_subclasses",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_no_stale_compile_time_opaque_canary_cpu",
+            "test/points/test_point_guards.py::TestOurRuntimeRuns::test_runs_our_unwrap_tensor_subclasses",
         ),
         **RUNTIME,
     ),
@@ -371,7 +371,7 @@ POINTS = [
         # benchmarks/overhead.py --subclass mesh on 2.11 (README "Overhead")
         speed_only="per-call overhead ratio 1.35 (2.11's loop) -> ~1.2",
         guarded_by=(
-            "test/test_subclass_wrapper_codegen.py::TestGeneratedWrapperSource::test_flat",
+            "test/runtime/test_subclass_wrapper_codegen.py::TestGeneratedWrapperSource::test_flat",
         ),
         **ONLY_BACKPORT,
     ),
@@ -385,7 +385,7 @@ POINTS = [
         series_none="forced mode only: 2.11's process_runtime_tangent already passes an "
         "opaque slot through as one leaf, so the v2.11.0 series leaves it alone",
         guarded_by=(
-            "test/test_point_guards.py::TestOurRuntimeRuns::test_runs_our_process_runtime_tangent",
+            "test/points/test_point_guards.py::TestOurRuntimeRuns::test_runs_our_process_runtime_tangent",
         ),
         **ONLY_FORCED,
     ),
@@ -399,8 +399,8 @@ POINTS = [
         "per subclass input per call (native 2.13: 322.8k); README, Overhead",
         # the fast path is in effect: the generated rebuild logs its source
         guarded_by=(
-            "test/test_grad_codegen.py::TestGeneratedGradWrapperCompiled::test_distinct_and_shared_handles",
-            "test/test_grad_codegen.py::TestGeneratedGradWrapperCompiled::test_dynamic_two_dim",
+            "test/runtime/test_grad_codegen.py::TestGeneratedGradWrapperCompiled::test_distinct_and_shared_handles",
+            "test/runtime/test_grad_codegen.py::TestGeneratedGradWrapperCompiled::test_dynamic_two_dim",
         ),
         **ONLY_BACKPORT,
     ),
@@ -410,7 +410,7 @@ POINTS = [
         build=lambda _original: _functional.sc_visit,
         reason="mutation counters of a mutated subclass input read .elem of an opaque",
         guarded_by=(
-            "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
+            "test/runtime/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
             "::test_inplace_mutation_of_subclass_input_with_grad_cpu",
         ),
         series=("0007 torch/_functorch/_aot_autograd/graph_capture_wrappers.py::sc_visit",),
@@ -426,7 +426,7 @@ POINTS = [
             "torch._functorch._aot_autograd.graph_capture_wrappers",
         ),
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
         ),
         series=("0001 torch/_functorch/_aot_autograd/functional_utils.py::is_fun",),
         **ONLY_BACKPORT,
@@ -439,7 +439,7 @@ POINTS = [
             "torch._functorch.aot_autograd",
             "torch._functorch._aot_autograd.graph_capture_wrappers",
         ),
-        ("test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::"
+        ("test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::"
          "test_tensor_subclass_with_opaque_attr_backward_cpu",),
     ),
     _neutral(
@@ -451,7 +451,7 @@ POINTS = [
             "torch._functorch._aot_autograd.collect_metadata_analysis",
             "torch._functorch._aot_autograd.graph_capture_wrappers",
         ),
-        ("test/test_point_guards.py::TestPointGuards::test_input_mutation_under_no_grad",),
+        ("test/points/test_point_guards.py::TestPointGuards::test_input_mutation_under_no_grad",),
     ),
     PatchPoint(
         name="aot_autograd.UnwrapTensorSubclass.forward",
@@ -464,7 +464,7 @@ POINTS = [
         build=_parametrize._build_forward,
         reason="rebuild the subclass with its opaque attrs from the flat originals",
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_subclass_parametrization_with_opaque_attrs_cpu",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_subclass_parametrization_with_opaque_attrs_cpu",
         ),
         **ONLY_BACKPORT,
     ),
@@ -479,7 +479,7 @@ POINTS = [
         build=_parametrize._build_right_inverse,
         reason="OpaqueMeta for opaque attrs; the object is one flat original",
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_subclass_parametrization_with_opaque_attrs_cpu",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_subclass_parametrization_with_opaque_attrs_cpu",
         ),
         **ONLY_BACKPORT,
     ),
@@ -491,15 +491,15 @@ POINTS = [
         "constant (None after an FX-graph-cache hit)",
         upstream_fix="PR 193190",
         series_none="torch 2.11 with the backport (or the series) does not have this bug "
-        "(test/test_upstream_fixes.py: broken on 2.12.x, 2.13.0, 2.14.x), so the point "
+        "(test/points/test_upstream_fixes.py: broken on 2.12.x, 2.13.0, 2.14.x), so the point "
         "does not apply to 2.11.0 and the v2.11.0 series does not carry the fix",
         rebinds=(
             "torch._functorch.aot_autograd",
             "torch._functorch._aot_autograd.graph_capture_wrappers",
         ),
         guarded_by=(
-            "test/test_upstream_fixes.py::TestUpstreamFixes::test_opaque_constant_with_subclass_output_cache_hit",
-            "test/test_upstream_fixes.py::TestUpstreamFixes::test_value_type_graph_output_subclass_metadata_side_effect",
+            "test/points/test_upstream_fixes.py::TestUpstreamFixes::test_opaque_constant_with_subclass_output_cache_hit",
+            "test/points/test_upstream_fixes.py::TestUpstreamFixes::test_value_type_graph_output_subclass_metadata_side_effect",
         ),
         **upstream_fix("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
     ),

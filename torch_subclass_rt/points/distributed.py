@@ -102,7 +102,7 @@ POINTS = [
         ),
         series=("0004 torch/distributed/_tools/common_utils.py::get_untyped_storages",),
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_get_untyped_storages_with_opaque_attrs_cpu",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_get_untyped_storages_with_opaque_attrs_cpu",
         ),
         **ONLY_BACKPORT,
     ),
@@ -113,9 +113,9 @@ POINTS = [
         build=_build_sync_module_params_and_buffers,
         reason="FSDP sync_module_states: do not broadcast opaque attrs",
         guarded_by=(
-            "test/test_point_guards.py::TestPointGuards::test_fsdp_sync_module_states_skips_opaque_attrs",
+            "test/points/test_point_guards.py::TestPointGuards::test_fsdp_sync_module_states_skips_opaque_attrs",
             # the same case as the series' in-tree test (0009)
-            "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
+            "test/runtime/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
             "::test_fsdp_sync_module_states_skips_opaque_attrs_cpu",
         ),
         **ONLY_BACKPORT,

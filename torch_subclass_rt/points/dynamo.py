@@ -355,7 +355,7 @@ POINTS = [
             "0000 torch/_dynamo/variables/builder.py::VariableBuilder._can_lift_attrs_to_inputs",
         ),
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU"
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU"
             "::test_shared_opaque_identity_guard_cpu",
         ),
         **ONLY_2_10,
@@ -388,7 +388,7 @@ POINTS = [
         build=_build_automatic_dynamic,
         reason="\"'Mesh' object has no attribute 'is_nested'\": recursed into opaque attrs",
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
         ),
         **ONLY_BACKPORT,
     ),
@@ -407,7 +407,7 @@ POINTS = [
         build=_build_wrap_tensor,
         reason="clear error for flatten attrs that are not tensors or reference opaques",
         guarded_by=(
-            "test/test_point_guards.py::TestPointGuards::test_value_type_opaque_in_tensor_attrs_errors_eager_backend",
+            "test/points/test_point_guards.py::TestPointGuards::test_value_type_opaque_in_tensor_attrs_errors_eager_backend",
         ),
         **ONLY_BACKPORT,
     ),
@@ -418,7 +418,7 @@ POINTS = [
         build=_build_dynamic_getattr,
         reason="reading an opaque attr off an intermediate subclass (y.mesh)",
         guarded_by=(
-            "test/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_return_intermediate_mesh_cpu",
+            "test/runtime/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_return_intermediate_mesh_cpu",
         ),
         **ONLY_BACKPORT,
     ),
@@ -432,7 +432,7 @@ POINTS = [
             build=_build_handle_traced_output,
             reason="an op returning a FakeScriptObject graph-broke ('torch.* op returned non-Tensor')",
             guarded_by=(
-                "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_opaque_backward_compiled_autograd_cpu",
+                "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_opaque_backward_compiled_autograd_cpu",
             ),
         ),
         # 2.10 refuses compiled autograd with saved opaques
@@ -441,7 +441,7 @@ POINTS = [
             build=_build_handle_traced_output_2_10,
             reason="reading an opaque attr off an intermediate subclass graph-broke ('torch.* op returned non-Tensor')",
             guarded_by=(
-                "test/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_return_intermediate_mesh_cpu",
+                "test/runtime/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_return_intermediate_mesh_cpu",
             ),
         ),
     ),
@@ -455,10 +455,10 @@ POINTS = [
         build=_build_codegen_call,
         reason="an opaque (TorchScriptObjectVariable) returned as a graph output",
         guarded_by=(
-            "test/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_return_intermediate_mesh_cpu",
-            "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
+            "test/runtime/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_return_intermediate_mesh_cpu",
+            "test/runtime/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
             "::test_return_value_opaque_constant_cpu",
-            "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
+            "test/runtime/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
             "::test_tensor_subclass_with_opaque_attr_cpu",
         ),
         **ONLY_BACKPORT,
@@ -470,7 +470,7 @@ POINTS = [
         build=_build_apply_func_to_inner_tensors_of_same_dim,
         reason="mark_dynamic & co. called .dim() on opaque attrs",
         guarded_by=(
-            "test/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_mark_dynamic_cpu",
+            "test/runtime/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_mark_dynamic_cpu",
         ),
         **ONLY_BACKPORT,
     ),
@@ -483,7 +483,7 @@ POINTS = [
         series_none="forced mode only: on 2.11 the same check is part of "
         "dynamo.VariableBuilder.wrap_tensor (series 0003, _check_tensor_flatten_attr)",
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_unregistered_object_in_tensor_attrs_errors_cpu",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_unregistered_object_in_tensor_attrs_errors_cpu",
         ),
         **ONLY_FORCED,
     ),
@@ -491,8 +491,8 @@ POINTS = [
         name="dynamo.VariableBuilder._wrap",
         target="torch._dynamo.variables.builder:VariableBuilder._wrap",
         guarded_by=(
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_mesh_attr_into_custom_op_is_runtime_mesh_cpu",
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_mesh_attr_into_custom_op_is_runtime_mesh_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
         ),
         # the flag it reads is set by dynamo.VariableBuilder.wrap_tensor
         v2_11=dict(
@@ -522,8 +522,8 @@ POINTS = [
         reason="DTensor.from_local(x, mesh) with an opaque mesh input: the mesh is a graph input",
         series_none=_distributed_opaques._NOT_YET_IN_SERIES,
         guarded_by=(
-            "test/test_dtensor_scenarios.py::test_scenario[from_local_to_local-aot_eager]",
-            "test/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
+            "test/distributed/test_dtensor_scenarios.py::test_scenario[from_local_to_local-aot_eager]",
+            "test/distributed/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
         ),
         **ONLY_BACKPORT,
     ),
@@ -551,7 +551,7 @@ POINTS = [
         upstream_fix="PR 188799 (issue 188796)",
         series=("0010 torch/_dynamo/variables/tensor.py::TensorVariable.dynamic_getattr",),
         guarded_by=(
-            "test/test_upstream_fixes.py::TestUpstreamFixes::test_tensor_subclass_with_callable_opaque_attr",
+            "test/points/test_upstream_fixes.py::TestUpstreamFixes::test_tensor_subclass_with_callable_opaque_attr",
         ),
         **upstream_fix("2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
     ),
@@ -565,7 +565,7 @@ POINTS = [
             upstream_fix=_lazy_members._FIX,
             **series,
             guarded_by=(
-                "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_member_reads_in_dynamo_cpu",
+                "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_member_reads_in_dynamo_cpu",
             ),
             **upstream_fix(*versions),
         )

@@ -72,7 +72,7 @@ _SERDE_NO_SERIES = (
     "so the point does not apply to 2.11.0 and the v2.11.0 series has no counterpart"
 )
 _SERDE_TESTS = (
-    "test/test_upstream_fixes.py::TestUpstreamFixes::test_export_save_load_opaque_constant",
+    "test/points/test_upstream_fixes.py::TestUpstreamFixes::test_export_save_load_opaque_constant",
 )
 
 
@@ -95,7 +95,7 @@ POINTS = [
         reason="non-strict export: no symbolic context for opaque attrs of a "
         "subclass input (2.11 reads .shape off them)",
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_export_non_strict_with_opaque_attrs_cpu",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_export_non_strict_with_opaque_attrs_cpu",
         ),
         **ONLY_BACKPORT,
     ),

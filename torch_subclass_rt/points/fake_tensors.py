@@ -187,7 +187,7 @@ POINTS = [
         build=_build_is_fake,
         reason="'got mixed fake and real tensors!' on a subclass with an opaque attr",
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
         ),
         v2_11=dict(rebinds=_IS_FAKE_IMPORTERS),
         v2_10=dict(
@@ -202,7 +202,7 @@ POINTS = [
         reason="'All fake tensor modes must be the same' on a subclass with an opaque attr",
         rebinds=("torch._dynamo.utils", "torch._dynamo.variables.builder"),
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
         ),
         **ONLY_BACKPORT,
     ),
@@ -218,7 +218,7 @@ POINTS = [
         build=_build_describe_tensor,
         reason="describe only tensor attrs; keep opaque attrs on the desc",
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
         ),
         **ONLY_BACKPORT,
     ),
@@ -229,7 +229,7 @@ POINTS = [
         build=_build_meta_tensor,
         reason="pass opaque attrs to __tensor_unflatten__; view replay of tensor attrs only",
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
         ),
         **ONLY_BACKPORT,
     ),

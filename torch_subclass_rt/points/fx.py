@@ -70,8 +70,8 @@ POINTS = [
             "0001 torch/fx/experimental/proxy_tensor.py::_registered_opaque_real_obj",
         ),
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_shared_opaque_backward_cpu",
-            "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU::test_tangent_primal_proxy_collision_for_opaque_inner_attr_cpu",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_shared_opaque_backward_cpu",
+            "test/runtime/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU::test_tangent_primal_proxy_collision_for_opaque_inner_attr_cpu",
         ),
         **ONLY_BACKPORT,
     ),
@@ -86,8 +86,8 @@ POINTS = [
         ),
         rebinds=("torch._higher_order_ops.executorch_call_delegate", "torch.export._trace"),
         guarded_by=(
-            "test/test_point_guards.py::TestPointGuards::test_dispatch_attached_handle_is_the_handle",
-            "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU::test_tangent_primal_proxy_collision_for_opaque_inner_attr_cpu",
+            "test/points/test_point_guards.py::TestPointGuards::test_dispatch_attached_handle_is_the_handle",
+            "test/runtime/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU::test_tangent_primal_proxy_collision_for_opaque_inner_attr_cpu",
         ),
         **ONLY_BACKPORT,
     ),
@@ -98,7 +98,7 @@ POINTS = [
         reason="a traced function's real opaque output is its graph input, not a constant (2.13)",
         series_none="not yet ported into patches/v2.11.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)",
         guarded_by=(
-            "test/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_aot_over_dynamo_mesh_output_cpu",
+            "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_aot_over_dynamo_mesh_output_cpu",
         ),
         **ONLY_2_11,
     ),
@@ -109,7 +109,7 @@ POINTS = [
         reason="KeyError on context.inner_contexts[attr] for an opaque attr",
         series=("0002 torch/fx/experimental/symbolic_shapes.py::ShapeEnv.produce_guards_verbose",),
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
         ),
         **ONLY_BACKPORT,
     ),
@@ -131,8 +131,8 @@ POINTS = [
             "0016 torch/distributed/_ops/device_mesh.py::_get_submesh_impl",
         ),
         guarded_by=(
-            "test/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dynamo",
-            "test/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dispatch",
+            "test/distributed/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dynamo",
+            "test/distributed/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dispatch",
         ),
         **ONLY_BACKPORT,
     ),

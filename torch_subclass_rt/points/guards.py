@@ -67,7 +67,7 @@ POINTS = [
             "0008 torch/_dynamo/guards.py::GuardsStatePickler._unpickle_traceable_wrapper_subclass",
         ),
         guarded_by=(
-            "test/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
+            "test/runtime/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
             "::test_guard_pickle_subclass_with_opaque_inner_attr_cpu",
         ),
         **ONLY_BACKPORT,

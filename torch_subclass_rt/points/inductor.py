@@ -130,7 +130,7 @@ POINTS = [
             "0005 torch/_inductor/codecache.py::FxGraphCachePickler._reduce_fake_script_object",
         ),
         guarded_by=(
-            "test/test_inductor_cache_key.py::TestInductorCacheKeyWithOpaque::test_unpicklable_reference_opaque_is_cached",
+            "test/points/test_inductor_cache_key.py::TestInductorCacheKeyWithOpaque::test_unpicklable_reference_opaque_is_cached",
         ),
         **ONLY_2_11,
     ),
@@ -146,7 +146,7 @@ POINTS = [
             "0005 torch/_inductor/codecache.py::FxGraphCachePickler._reduce_fake_script_object",
         ),
         guarded_by=(
-            "test/test_inductor_cache_key.py::TestInductorCacheKeyWithOpaque::test_unpicklable_reference_opaque_is_cached",
+            "test/points/test_inductor_cache_key.py::TestInductorCacheKeyWithOpaque::test_unpicklable_reference_opaque_is_cached",
         ),
         **ONLY_2_10,
     ),
@@ -159,7 +159,7 @@ POINTS = [
             "0005 torch/_inductor/codegen/wrapper.py::PythonWrapperCodegen.benchmark_compiled_module",
         ),
         guarded_by=(
-            "test/test_opaque_subclass_parity.py::TestUpstreamOpaqueObjV2CPU"
+            "test/runtime/test_opaque_subclass_parity.py::TestUpstreamOpaqueObjV2CPU"
             "::test_benchmark_harness_no_pickle_for_opaque_inputs_cpu",
         ),
         **ONLY_BACKPORT,

@@ -37,7 +37,7 @@ POINTS = [
         guarded_by=(
             _torch_2_11_base._BACKWARD_TEST,
             # the fake carries the registered members dispatch reads
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
         ),
         **ONLY_2_10,
     ),
@@ -90,7 +90,7 @@ POINTS = [
         reason="keep the caller's opaque as real_obj (no deepcopy), as 2.12 does",
         series=("0001 torch/_library/fake_class_registry.py::FakeScriptObject.__init__",),
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_shared_opaque_backward_cpu",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_shared_opaque_backward_cpu",
         ),
         **ONLY_BACKPORT,
     ),
@@ -114,7 +114,7 @@ POINTS = [
         # infer_schema maps an annotation to its opaque type name through it
         rebinds=("torch._library.infer_schema",),
         guarded_by=(
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
         ),
         **ONLY_BACKPORT,
     ),
@@ -125,7 +125,7 @@ POINTS = [
         build=_distributed_opaques._build_opaque_types_by_name,
         reason="the same registration, looked up by type name (custom-op schemas, Dynamo)",
         guarded_by=(
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_registered_by_type_and_by_name_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_registered_by_type_and_by_name_cpu",
         ),
         **ONLY_BACKPORT,
     ),
@@ -135,7 +135,7 @@ POINTS = [
         build=_distributed_opaques._build_instancecheck,
         reason="isinstance(x, OpaqueBase) asks the registry (2.13), so a DeviceMesh is an opaque object",
         guarded_by=(
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
         ),
         v2_11=dict(target="torch._opaque_base:OpaqueBaseMeta.__instancecheck__"),
         # 2.10 has no torch._opaque_base (the series' patch 0000 adds it):
@@ -152,10 +152,10 @@ POINTS = [
         build=_distributed_opaques._build_getattribute,
         reason="an unregistered member read while tracing names the type, member and members={...}",
         guarded_by=(
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_cpu",
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_user_opaque_cpu",
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_isinstance_cpu",
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_as_collective_group_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_user_opaque_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_isinstance_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_as_collective_group_cpu",
         ),
         **RUNTIME,
     ),
@@ -168,8 +168,8 @@ POINTS = [
             new_attribute=new,
             **({"series": series} if series else {"series_none": _distributed_opaques._NOT_YET_IN_SERIES}),
             guarded_by=(
-                "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_equal_cpu",
-                "test/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
+                "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_equal_cpu",
+                "test/distributed/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
             ),
             **ONLY_BACKPORT,
         )
@@ -195,7 +195,7 @@ POINTS = [
         reason="a deep copy of a fake re-reads its members off a copy of its object (torch 2.13)",
         new_attribute=True,
         series_none=_distributed_opaques._NOT_YET_IN_SERIES,
-        guarded_by=("test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_deepcopy_cpu",),
+        guarded_by=("test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_deepcopy_cpu",),
         **ONLY_BACKPORT,
     ),
     PatchPoint(
@@ -206,7 +206,7 @@ POINTS = [
         new_attribute=True,
         series=("0016 torch/_library/fake_class_registry.py::FakeScriptObject.__getitem__",),
         guarded_by=(
-            "test/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dispatch",
+            "test/distributed/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dispatch",
         ),
         **ONLY_BACKPORT,
     ),
@@ -221,8 +221,8 @@ POINTS = [
         "library.OpaqueBaseMeta.__instancecheck__ (series patch 0012); "
         "this point is its native+fixes counterpart on 2.12",
         guarded_by=(
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_inductor_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_inductor_cpu",
         ),
         **upstream_fix("2.12.0", "2.12.1"),
     ),

@@ -18,7 +18,7 @@ POINTS = [
         build=_parametrize._build_parametrization_list_init,
         reason="store an opaque original as a plain attribute, not a parameter",
         guarded_by=(
-            "test/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_subclass_parametrization_with_opaque_attrs_cpu",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_subclass_parametrization_with_opaque_attrs_cpu",
         ),
         **ONLY_BACKPORT,
     ),
@@ -29,7 +29,7 @@ POINTS = [
         build=_parametrize._build_parametrization_list_right_inverse,
         reason="assigning a subclass re-stores its opaque original as an attribute",
         guarded_by=(
-            "test/test_point_guards.py::TestPointGuards::test_parametrized_subclass_assigned_again",
+            "test/points/test_point_guards.py::TestPointGuards::test_parametrized_subclass_assigned_again",
         ),
         **ONLY_BACKPORT,
     ),

@@ -57,7 +57,7 @@ POINTS = [
             "0016 torch/_functorch/partitioners.py::is_opaque_node",
         ),
         guarded_by=(
-            "test/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dynamo_backward",
+            "test/distributed/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dynamo_backward",
         ),
         v2_11=dict(build=_derived_submesh._build_default_partition),
         v2_10=dict(build=_derived_submesh._build_default_partition_2_10),

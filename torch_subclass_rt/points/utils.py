@@ -20,7 +20,7 @@ POINTS = [
         reason="the proxy tracer keeps fakes by identity now that they hash as their object",
         series_none=_distributed_opaques._NOT_YET_IN_SERIES,
         guarded_by=(
-            "test/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_tracked_apart_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_tracked_apart_cpu",
         ),
         **ONLY_BACKPORT,
     ),

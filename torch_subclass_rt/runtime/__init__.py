@@ -52,7 +52,7 @@ fixed it. Metadata without an opaque keeps 2.11's reading under install()
 ``compute_outer_size_and_stride``), metadata with one gets 2.13's, as the
 series has it.
 
-Checked by test/test_transparency.py (stock and installed in one process)
+Checked by test/patching/test_transparency.py (stock and installed in one process)
 and, on a user's own suite, by ``python -m torch_subclass_rt compare``.
 
 Note [The runtime and the patch series are one change]

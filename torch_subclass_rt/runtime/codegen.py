@@ -61,8 +61,8 @@ the same order and call ``__tensor_unflatten__`` with the same inner
 dict, context, outer size and stride; the generated code only inlines
 what a plan holds, so a change to the layout (see Note [Opaque attrs in
 the flat argument list] in ``flatten``) or to the plans is made in all
-three, and ``test/test_subclass_wrapper_codegen.py`` /
-``test/test_grad_codegen.py`` compare them.
+three, and ``test/runtime/test_subclass_wrapper_codegen.py`` /
+``test/runtime/test_grad_codegen.py`` compare them.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ opaques) is handed to torch's own function with the very arguments it got.
 Metadata with an opaque slot runs :func:`process_runtime_tangent` below,
 whose errors are torch's own too: the mismatch error comes from 2.13's
 ``_raise_tangent_metadata_error`` with the tangent index, descriptor,
-compile id and stack trace the caller passed (test/test_tangent_errors.py).
+compile id and stack trace the caller passed (test/runtime/test_tangent_errors.py).
 """
 
 from __future__ import annotations

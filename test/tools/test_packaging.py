@@ -17,7 +17,7 @@ from packaging.requirements import Requirement
 
 from torch_subclass_rt import _torch_compat as compat
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _install_requires() -> list[str]:

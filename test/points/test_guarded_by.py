@@ -18,7 +18,7 @@ from pathlib import Path
 
 from torch_subclass_rt.points import all_points
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _DEVICES = (("CPU", "_cpu"), ("CUDA", "_cuda"))
 
 
@@ -94,17 +94,17 @@ class TestGuardedBy(unittest.TestCase):
 
     def test_problem_of_finds_stale_ids(self):
         # the checker itself, on this very file and on ids that are wrong
-        me = "test/test_guarded_by.py"
+        me = "test/points/test_guarded_by.py"
         self.assertIsNone(problem_of(f"{me}::TestGuardedBy::test_every_guarded_by_test_exists"))
         self.assertIn("no file", problem_of("test/test_nope.py::TestGuardedBy::test_x"))
         self.assertIn("no class", problem_of(f"{me}::TestNope::test_x"))
         self.assertIn("has no test_gone", problem_of(f"{me}::TestGuardedBy::test_gone"))
         self.assertIn("not 'test/", problem_of(f"{me}::test_every_guarded_by_test_exists"))
-        self.assertIsNone(problem_of("test/test_dtensor_scenarios.py::test_scenario[mm-aot_eager]"))
+        self.assertIsNone(problem_of("test/distributed/test_dtensor_scenarios.py::test_scenario[mm-aot_eager]"))
         self.assertIn("no function test_gone", problem_of(f"{me}::test_gone[x]"))
 
     def test_device_variants(self):
-        f = "test/test_opaque_subclass_parity.py"
+        f = "test/runtime/test_opaque_subclass_parity.py"
         generic = "TestOpaqueSubclassParity"
         self.assertIsNone(problem_of(
             f"{f}::{generic}CPU::test_fsdp_sync_module_states_skips_opaque_attrs_cpu"

@@ -26,7 +26,7 @@ from torch_subclass_rt import _torch_compat
 from torch_subclass_rt.__main__ import build_parser
 from torch_subclass_rt.runtime import errors
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOC_FILES = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").glob("*.md")])
 ACCEPT = os.environ.get("EXPECTTEST_ACCEPT") == "1"
 

@@ -22,7 +22,7 @@ import unittest
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: the backport series. patches/upstream/ is not a copy of our cases: it is
 #: what upstream main lacks, with tests written for upstream's review (its
 #: issue 179870 commit refuses to save what our point saves), and
@@ -283,7 +283,7 @@ ONLY_SERIES: dict[tuple[str, str, str], str] = {
     }),
     **_listed("test/test_opaque_subclass_attrs.py", {
         "test_unpicklable_reference_opaque_fx_graph_cache": (
-            "ours is test/test_inductor_cache_key.py::test_unpicklable_reference_opaque_is_cached "
+            "ours is test/points/test_inductor_cache_key.py::test_unpicklable_reference_opaque_is_cached "
             "(the same LockedHandle case: no FX graph cache bypass, a hit with another "
             "handle), kept beside the cache-key point it guards (series 0005)"
         ),

@@ -118,7 +118,7 @@ def _run(mode: str, cache_dir: str, child: str = _CHILD) -> dict:
     proc = subprocess.run(
         [sys.executable, "-c", child, mode],
         env=env,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,
         timeout=300,

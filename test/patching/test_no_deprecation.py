@@ -108,7 +108,7 @@ _CHILD = textwrap.dedent(
 )
 class TestNoDeprecation(unittest.TestCase):
     def test_install_compile_uninstall_log_no_deprecation(self):
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         proc = subprocess.run(

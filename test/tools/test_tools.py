@@ -21,7 +21,7 @@ import unittest
 import unittest.mock
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tools import _common, ablate_points, make_checkout  # noqa: E402
@@ -326,13 +326,13 @@ class TestVerifyPatches(ToolTestCase):
                 "test/test_opaque_lazy_members.py",
             ],
         )
-        dtensor = REPO / "test" / "test_dtensor_opaque_mesh.py"
+        dtensor = REPO / "test" / "distributed" / "test_dtensor_opaque_mesh.py"
         self.assertIn(dtensor, verify_patches.SUITES)
         self.assertEqual(
             verify_patches.suites_for("2.10.0"),
             tuple(s for s in verify_patches.SUITES if s != dtensor),
         )
-        self.assertIn(REPO / "test" / "test_device_mesh_opaque.py", verify_patches.suites_for("2.10.0"))
+        self.assertIn(REPO / "test" / "distributed" / "test_device_mesh_opaque.py", verify_patches.suites_for("2.10.0"))
         self.assertEqual(verify_patches.suites_for("2.11.0"), verify_patches.SUITES)
 
     def test_in_tree_test_never_accepts(self) -> None:

@@ -17,7 +17,7 @@ import textwrap
 import unittest
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 PLANTED = '''
 import subprocess, sys

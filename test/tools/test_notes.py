@@ -16,14 +16,14 @@ import unittest
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 READ = ("torch_subclass_rt", "tools", "test", "benchmarks", "docs", "CONTRIBUTING.md", "noxfile.py")
 SUFFIXES = (".py", ".md")
 NOTE = re.compile(r"Note \[([^\]]+)\]")
 #: mentions that are no note (file -> names)
 NOT_NOTES = {
     # a fixture's text: series_map must see a comment added to a class
-    "test/test_series_map.py": {"C"},
+    "test/series/test_series_map.py": {"C"},
 }
 
 
@@ -35,7 +35,7 @@ def _files() -> list[Path]:
         ROOT / f
         for f in listed
         # this file's examples are no notes
-        if f.endswith(SUFFIXES) and (ROOT / f).is_file() and f != "test/test_notes.py"
+        if f.endswith(SUFFIXES) and (ROOT / f).is_file() and f != "test/tools/test_notes.py"
     ]
 
 

@@ -18,7 +18,7 @@ import unittest
 import unittest.mock
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tools import run_matrix  # noqa: E402

@@ -20,7 +20,7 @@ import harness
 
 MODE = harness.current_mode()
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCALING = str(ROOT / "benchmarks" / "scaling.py")
 INSTRUCTIONS = str(ROOT / "benchmarks" / "instructions.py")
 sys.path.insert(0, str(ROOT / "benchmarks"))
