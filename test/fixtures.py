@@ -252,16 +252,13 @@ def _free_port() -> int:
 
 
 def _rank_entry(rank: int, world: int, port: int, target: tuple[str, str], args: tuple,
-                results, cache_per_rank: bool) -> None:
+                results, cache_dir: str | None) -> None:
     """A spawned rank: the mode, the test module, the process group, then
     ``target(rank, *args)``; its result or traceback goes to the parent."""
     ok = False
     try:
-        if cache_per_rank:
-            # (why: test_dtensor_scenarios._spawn)
-            base = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-            if base:
-                os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{base}-rank{rank}"
+        if cache_dir is not None:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
         # no conftest in a rank: the mode first, then the test module,
         # whose code may need it (Note [The mode is set before a test
         # module runs])
@@ -286,13 +283,14 @@ def _rank_entry(rank: int, world: int, port: int, target: tuple[str, str], args:
             os._exit(1)
 
 
-def run_ranks(fn, *args, world: int = 2, timeout: float, cache_per_rank: bool = False) -> list:
+def run_ranks(fn, *args, world: int = 2, timeout: float, cache_dir: str | None = None) -> list:
     """``fn(rank, *args)`` in ``world`` spawned processes joined in one gloo
     group; the ranks' results, by rank. ``fn`` is a module-level function of
     a test module (a rank imports it by name). A rank that raises, dies
     without reporting, or a run past ``timeout`` seconds fails the test
     (``pytest.fail``) with the rank's traceback; no rank is left running.
-    ``cache_per_rank``: each rank its own Inductor cache directory."""
+    ``cache_dir``: the Inductor cache directory of every rank (one for all,
+    as the default per-user one is on a host)."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -301,7 +299,7 @@ def run_ranks(fn, *args, world: int = 2, timeout: float, cache_per_rank: bool = 
     target = (fn.__module__, fn.__qualname__)
     procs = [
         ctx.Process(
-            target=_rank_entry, args=(r, world, port, target, args, results, cache_per_rank), daemon=True
+            target=_rank_entry, args=(r, world, port, target, args, results, cache_dir), daemon=True
         )
         for r in range(world)
     ]

@@ -29,8 +29,10 @@ DTensor's flatten as 2.10 has it: the scenarios must still compile there.
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 import traceback
+import unittest
 
 import fixtures
 import harness
@@ -39,6 +41,8 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+
+from torch_subclass_rt.points._opaque_reads import FIX
 
 MODE = harness.current_mode()
 
@@ -274,14 +278,13 @@ def _rank_main(rank: int, only: str | None) -> dict:
     return results
 
 
-def _spawn(only: str | None = None) -> list[dict]:
-    # one Inductor cache per rank: native torch 2.13 (the mesh an opaque
-    # input) gives a graph whose code depends on the rank (redistribute to
-    # Shard(1) slices the rank's chunk; the coordinate is read off the mesh
-    # and baked in) one FX-graph-cache key on every rank, so with a shared
-    # cache directory rank 1 runs rank 0's graph (half the values wrong;
-    # redistribute_s0_r_s1-inductor, warm cache)
-    return fixtures.run_ranks(_rank_main, only, world=WORLD, timeout=TIMEOUT, cache_per_rank=True)
+def _spawn(only: str | None = None, cache_dir: str | None = None) -> list[dict]:
+    # both ranks share one Inductor cache directory, as they share the
+    # default per-user one on a host; a fresh one unless given
+    with tempfile.TemporaryDirectory() as fresh:
+        return fixtures.run_ranks(
+            _rank_main, only, world=WORLD, timeout=TIMEOUT, cache_dir=cache_dir or fresh
+        )
 
 
 def _keys() -> list[str]:
@@ -337,3 +340,26 @@ def test_scenario_table_complete(results):
     if os.environ.get("TSRT_DTENSOR_SCENARIO"):
         pytest.skip("one scenario selected")
     assert sorted(results[0]) == sorted(_keys())
+
+
+class TestOpaqueReadsRanks(unittest.TestCase):
+    @harness.upstream_bug(
+        FIX, ("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
+        (AssertionError,), r"Tensor-likes are not close|Mismatched elements",
+    )
+    def test_redistribute_warm_shared_cache(self):
+        # Note [Opaque reads in the AOTAutograd cache] (torch_subclass_rt/
+        # points/_opaque_reads.py): redistribute to Shard(1) bakes the rank's
+        # coordinate, read off the mesh while tracing, into the graph.
+        # Two launches of two ranks over one cache directory: the cold one
+        # compiles on each rank, the warm one loads; each rank must get its
+        # own chunk back (eager is the reference), not the chunk of the rank
+        # that saved first
+        if not dist.is_available():
+            self.skipTest("torch.distributed is not available")
+        with tempfile.TemporaryDirectory() as cache:
+            for launch in ("cold", "warm"):
+                ranks = _spawn("redistribute_s0_r_s1", cache_dir=cache)
+                for rank, res in enumerate(ranks):
+                    for key, outcome in res.items():
+                        self.assertEqual(outcome, "ok", f"{launch} launch, rank {rank}, {key}:\n{outcome}")

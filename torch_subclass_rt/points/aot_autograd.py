@@ -29,7 +29,7 @@ from typing import Any
 from ..patching.registry import PatchPoint
 from ..runtime import codegen, flatten, grad_codegen, meta, plans, tangents, wrap
 from ._versions import ONLY_2_10, ONLY_BACKPORT, ONLY_FORCED, RUNTIME, upstream_fix, per_release
-from . import _derived_submesh, _functional, _parametrize, _torch_2_11_base, _upstream_fixes
+from . import _derived_submesh, _functional, _opaque_reads, _parametrize, _torch_2_11_base, _upstream_fixes
 
 
 def _ours(obj):
@@ -541,5 +541,26 @@ POINTS = [
         ),
         guarded_by=_upstream_fixes._DONATED_TESTS,
         **upstream_fix("2.10.0", "2.11.0"),
+    ),
+    PatchPoint(
+        name="aot_autograd.autograd_cache_key.opaque_reads",
+        target="torch._functorch._aot_autograd.autograd_cache:autograd_cache_key",
+        build=_opaque_reads._build_autograd_cache_key,
+        reason="AOTAutogradCache reused a graph whose tracing read other values off an "
+        "opaque input (a recompile in one process; ranks sharing a cache)",
+        upstream_fix=_opaque_reads.FIX,
+        series_none=_opaque_reads.SERIES_NONE,
+        guarded_by=_opaque_reads.IN_PROCESS_TESTS,
+        **upstream_fix(*_opaque_reads.BROKEN_ON),
+    ),
+    PatchPoint(
+        name="aot_autograd.AOTAutogradCache.save.opaque_reads",
+        target="torch._functorch._aot_autograd.autograd_cache:AOTAutogradCache.save",
+        build=_opaque_reads._build_save,
+        reason="a cache entry carries the opaque member reads its graph was traced with",
+        upstream_fix=_opaque_reads.FIX,
+        series_none=_opaque_reads.SERIES_NONE,
+        guarded_by=_opaque_reads.HIT_TESTS,
+        **upstream_fix(*_opaque_reads.BROKEN_ON),
     ),
 ]

@@ -26,8 +26,8 @@ import pickle
 from .._torch_compat import is_reference_opaque_type
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._versions import ONLY_2_10, ONLY_2_11, ONLY_BACKPORT
-from . import _torch_2_11_base
+from ._versions import ONLY_2_10, ONLY_2_11, ONLY_BACKPORT, upstream_fix
+from . import _opaque_reads, _torch_2_11_base
 
 
 def _build(original):
@@ -163,5 +163,16 @@ POINTS = [
             "::test_benchmark_harness_no_pickle_for_opaque_inputs_cpu",
         ),
         **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="inductor.GuardedCache.iterate_over_candidates.opaque_reads",
+        target="torch._inductor.codecache:GuardedCache.iterate_over_candidates",
+        build=_opaque_reads._build_iterate_over_candidates,
+        reason="an AOTAutogradCache entry whose recorded opaque member reads differ on "
+        "this call's objects was a hit",
+        upstream_fix=_opaque_reads.FIX,
+        series_none=_opaque_reads.SERIES_NONE,
+        guarded_by=_opaque_reads.IN_PROCESS_TESTS,
+        **upstream_fix(*_opaque_reads.BROKEN_ON),
     ),
 ]

@@ -16,6 +16,7 @@ from . import (
     _distributed_opaques,
     _lazy_members,
     _opaque_members,
+    _opaque_reads,
     _torch_2_11_base,
     _tracing,
     _upstream_fixes,
@@ -259,5 +260,16 @@ POINTS = [
         # the backport (on 2.10, the fake library.maybe_to_fake_obj makes);
         # the series carry it as patch 0020
         **upstream_fix(*BACKPORT_VERSIONS, *FIXES_VERSIONS),
+    ),
+    PatchPoint(
+        name="library.FakeScriptObject.__getattribute__.opaque_reads",
+        target="torch._library.fake_class_registry:FakeScriptObject.__getattribute__",
+        build=_opaque_reads._build_fake_getattribute,
+        reason="the USE_REAL members tracing reads off an opaque's fake are recorded "
+        "for the AOTAutograd cache",
+        upstream_fix=_opaque_reads.FIX,
+        series_none=_opaque_reads.SERIES_NONE,
+        guarded_by=_opaque_reads.READ_TESTS,
+        **upstream_fix(*_opaque_reads.BROKEN_ON),
     ),
 ]
