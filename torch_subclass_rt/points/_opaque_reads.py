@@ -61,8 +61,8 @@ _local = threading.local()
 #: the releases whose AOTAutogradCache keys an opaque by its type alone
 BROKEN_ON = ("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1")
 FIX = (
-    "torch bug (no upstream issue yet; patches/upstream/ISSUES.md): "
-    "AOTAutogradCache reuses a graph whose opaque member reads differ"
+    "torch bug: opaque reads in the AOTAutograd cache (no upstream issue yet; "
+    "patches/upstream/ISSUES.md)"
 )
 SERIES_NONE = (
     "torch 2.10/2.11 pickle an opaque's real object into the AOTAutograd "
