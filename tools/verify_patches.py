@@ -293,8 +293,13 @@ def verify_upstream(base: str, patches_dir: Path | None, work: Path,
         # what a PyTorch reviewer looks for: [area] title, the issue, a test plan
         if not re.match(r"^\[[\w.-]+\] ", subject):
             failures.append(f"commit {subject!r}: the subject has no [area] prefix")
-        if not re.search(r"(Fixes|Part of|Addresses) .*#\d+", message):
-            failures.append(f"commit {subject!r}: the message names no upstream issue (#NNNN)")
+        # an upstream issue, or, where none exists yet, the one written up
+        # in patches/upstream/ISSUES.md for a maintainer to file
+        if not re.search(r"(Fixes|Part of|Addresses) .*(#\d+|ISSUES\.md)", message):
+            failures.append(
+                f"commit {subject!r}: the message names no upstream issue (#NNNN) "
+                "nor its write-up in patches/upstream/ISSUES.md"
+            )
         if "Test Plan:" not in message:
             failures.append(f"commit {subject!r}: the message has no Test Plan")
     step("materialize the patched torch (hard links + patched copies)")

@@ -46,14 +46,16 @@ Note [Sharing within one input]
 
 Note [Native AOTAutogradCache and broken sharing]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-    Native 2.13 with AOTAutogradCache and the FX graph cache both on (the
-    defaults) serves the graph compiled for *shared* opaques to the
-    recompile after the sharing is broken, so an output carries the other
-    input's opaque (test_opaque_subclass_parity.py::
-    test_broken_sharing_after_cache_hit_inductor pins it; the backport keys
-    the cache by the sharing and is right). In native and forced modes the
-    inductor cases run with AOTAutogradCache off, so that known upstream bug
-    does not mask everything else this suite checks.
+    Native torch 2.12-2.14 with AOTAutogradCache and the FX graph cache
+    both on (the defaults) serves the graph compiled for *shared* opaques to
+    the recompile after the sharing is broken, so an output carries the
+    other input's opaque: a torch bug install() fixes (Note [Opaque reads in
+    the AOTAutograd cache], which records the sharing with the entry),
+    pinned as such by test_opaque_subclass_parity.py::
+    test_broken_sharing_after_cache_hit_inductor. Every mode with the fix
+    (backport, native+fixes, forced) runs the inductor cases with torch's
+    default caches on; plain native mode turns AOTAutogradCache off, so
+    that known bug does not mask everything else this suite checks.
 """
 
 from __future__ import annotations
@@ -189,7 +191,7 @@ def _no_trace_handler():
 
 def _cache_context(case):
     # Note [Native AOTAutogradCache and broken sharing]
-    if case.backend == "inductor" and MODE in ("native", "native+fixes", "forced"):
+    if case.backend == "inductor" and MODE == "native":
         return torch._functorch.config.patch(enable_autograd_cache=False)
     return contextlib.nullcontext()
 
