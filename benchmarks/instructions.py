@@ -452,15 +452,62 @@ def accept(rows: list[dict], baseline: dict) -> dict:
     return dict(sorted(baseline.items()))
 
 
+#: processes the gate measures in at most before it fails. One callgrind
+#: process in three or so counts 2-4 % more per call for the same code (six
+#: runs of one 2.10 tree: 984-986 k per call four times, 1008 k and 1020 k),
+#: past GATE_TOLERANCE; a real regression is in every process's count, noise
+#: is not, so a failing figure is measured again and the gate holds each
+#: figure's lowest.
+GATE_PROCESSES = 4
+
+
+def lowest_figures(runs: list[list[dict]]) -> list[dict]:
+    """The rows of the first run, each gated figure the lowest any run of
+    the same configuration measured."""
+    by_key = [{_gate_key(r): r for r in rows} for rows in runs]
+    lowest = []
+    for row in runs[0]:
+        key = _gate_key(row)
+        row = dict(row)
+        for fig in (*GATE_FIGURES, "plain_per_call"):
+            row[fig] = min(run[key][fig] for run in by_key if key in run)
+        lowest.append(row)
+    return lowest
+
+
+def measure_gate(mode: str, baseline: dict, env: dict | None = None,
+                 measure_fn=None) -> tuple[dict, list[dict], int]:
+    """The gate's rows: measured once, and again in a fresh process while
+    a figure fails (up to GATE_PROCESSES), each figure's lowest kept.
+    Returns (info of the first run, rows, processes used)."""
+    measure_fn = measure_fn or measure
+    runs = []
+    info = None
+    while True:
+        run_info, rows = measure_fn(mode, GATE["n"], GATE["kinds"], GATE["opaques"],
+                                    GATE["calls"], [], env=env)
+        info = info or run_info
+        runs.append(rows)
+        rows = lowest_figures(runs)
+        if not gate_check(rows, baseline) or len(runs) >= GATE_PROCESSES:
+            return info, rows, len(runs)
+        print(f"instruction gate: a figure is above its limit in process {len(runs)}; "
+              "measuring again in a fresh process (the gate holds each figure's lowest)")
+
+
 def run_gate(mode: str, accept_flag: bool, baseline_path: Path, env: dict | None = None) -> int:
     t0 = time.monotonic()
-    info, rows = measure(mode, GATE["n"], GATE["kinds"], GATE["opaques"], GATE["calls"],
-                         [], env=env)
+    baseline = json.loads(baseline_path.read_text()) if baseline_path.exists() else {}
+    if accept_flag:
+        info, rows = measure(mode, GATE["n"], GATE["kinds"], GATE["opaques"], GATE["calls"],
+                             [], env=env)
+        processes = 1
+    else:
+        info, rows, processes = measure_gate(mode, baseline, env)
     print_table(rows)
     if info["slowed_calls"] is not None:
         print(f"TSRT_BENCH_SLOWDOWN: slowed {info['slowed_calls']} calls of the generated "
               "per-call wrapper")
-    baseline = json.loads(baseline_path.read_text()) if baseline_path.exists() else {}
     if accept_flag:
         baseline_path.write_text(json.dumps(accept(rows, baseline), indent=1) + "\n")
         print(f"recorded the baseline for {rows[0]['torch']} {rows[0]['mode']} in {baseline_path}")
@@ -470,11 +517,12 @@ def run_gate(mode: str, accept_flag: bool, baseline_path: Path, env: dict | None
         print(f"note: {note}")
     took = time.monotonic() - t0
     if failures:
-        print("instruction gate FAILED:\n  " + "\n  ".join(failures) + f"\n({took:.0f} s)")
+        print("instruction gate FAILED:\n  " + "\n  ".join(failures)
+              + f"\n(lowest of {processes} process(es); {took:.0f} s)")
         return 1
     print(f"instruction gate passed: every figure within {GATE_TOLERANCE}x of the baseline"
           + (f" and of {NATIVE_REFERENCE}'s extra per input" if mode == "backport" else "")
-          + f" ({took:.0f} s)")
+          + f" ({processes} process(es), {took:.0f} s)")
     return 0
 
 

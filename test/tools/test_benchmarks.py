@@ -164,6 +164,56 @@ class TestInstructionGateCheck(unittest.TestCase):
         self.assertIn("taken on Python", failure)
 
 
+class TestInstructionGateProcesses(unittest.TestCase):
+    """A failing figure is measured again in a fresh process and the gate
+    holds each figure's lowest (instructions.measure_gate); measurements are
+    stood in for by rows made from the committed baseline."""
+
+    def setUp(self):
+        self.baseline = json.loads(instructions.BASELINE.read_text())
+        self.config = instructions.NATIVE_REFERENCE
+
+    def _measure(self, scales):
+        calls = []
+
+        def measure(mode, *args, **kwargs):
+            scale = scales[min(len(calls), len(scales) - 1)]
+            calls.append(scale)
+            return {"slowed_calls": None}, _rows(self.config, self.baseline, scale)
+
+        return measure, calls
+
+    def test_lowest_figures(self):
+        high = _rows(self.config, self.baseline, {"sub_per_call": 1.10, "extra_per_input": 0.9})
+        low = _rows(self.config, self.baseline, {"sub_per_call": 0.95, "extra_per_input": 1.2})
+        (row, *_), base = instructions.lowest_figures([high, low]), _rows(self.config, self.baseline, {})
+        self.assertAlmostEqual(row["sub_per_call"], base[0]["sub_per_call"] * 0.95)
+        self.assertAlmostEqual(row["extra_per_input"], base[0]["extra_per_input"] * 0.9)
+
+    def test_a_passing_first_process_is_the_only_one(self):
+        measure, calls = self._measure([{}])
+        _info, rows, processes = instructions.measure_gate("native", self.baseline,
+                                                           measure_fn=measure)
+        self.assertEqual((processes, len(calls)), (1, 1))
+        self.assertEqual(instructions.gate_check(rows, self.baseline), [])
+
+    def test_a_slow_process_is_measured_again(self):
+        # the noise: one process counts 4 % more, the next as the baseline
+        measure, calls = self._measure([{"sub_per_call": 1.04}, {}])
+        _info, rows, processes = instructions.measure_gate("native", self.baseline,
+                                                           measure_fn=measure)
+        self.assertEqual(processes, 2)
+        self.assertEqual(instructions.gate_check(rows, self.baseline), [])
+
+    def test_a_regression_fails_in_every_process(self):
+        measure, calls = self._measure([{"sub_per_call": 1.05}])
+        _info, rows, processes = instructions.measure_gate("native", self.baseline,
+                                                           measure_fn=measure)
+        self.assertEqual(processes, instructions.GATE_PROCESSES)
+        self.assertEqual(len(calls), instructions.GATE_PROCESSES)
+        self.assertTrue(instructions.gate_check(rows, self.baseline))
+
+
 @unittest.skipIf(shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,
                  "valgrind is not installed (the instruction gate's nox step needs it)")
 @unittest.skipIf(MODE != "backport",
