@@ -13,8 +13,8 @@ from __future__ import annotations
 import importlib
 import os
 import queue as queue_mod
-import socket
 import sys
+import tempfile
 import time
 import traceback
 
@@ -24,6 +24,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from torch_subclass_rt import demo
 from torch_subclass_rt._modes import Mode
 
 # --------------------------------------------------------------------------
@@ -245,13 +246,7 @@ def stock_and_installed(observe):
 # spawned gloo ranks
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rank_entry(rank: int, world: int, port: int, target: tuple[str, str], args: tuple,
+def _rank_entry(rank: int, world: int, rendezvous: str, target: tuple[str, str], args: tuple,
                 results, cache_dir: str | None) -> None:
     """A spawned rank: the mode, the test module, the process group, then
     ``target(rank, *args)``; its result or traceback goes to the parent."""
@@ -269,7 +264,7 @@ def _rank_entry(rank: int, world: int, port: int, target: tuple[str, str], args:
         import torch._inductor.config as inductor_config
 
         inductor_config.compile_threads = 1
-        dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
+        dist.init_process_group("gloo", rank=rank, world_size=world, init_method=rendezvous)
         results.put(("ok", rank, fn(rank, *args)))
         ok = True
         dist.destroy_process_group()
@@ -295,11 +290,14 @@ def run_ranks(fn, *args, world: int = 2, timeout: float, cache_dir: str | None =
 
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    port = _free_port()
+    # (why a file, not a port: torch_subclass_rt.demo.rendezvous_file)
+    meeting = tempfile.TemporaryDirectory(prefix="tsrt-ranks-")
     target = (fn.__module__, fn.__qualname__)
     procs = [
         ctx.Process(
-            target=_rank_entry, args=(r, world, port, target, args, results, cache_dir), daemon=True
+            target=_rank_entry,
+            args=(r, world, demo.rendezvous_file(meeting.name), target, args, results, cache_dir),
+            daemon=True,
         )
         for r in range(world)
     ]
@@ -333,4 +331,5 @@ def run_ranks(fn, *args, world: int = 2, timeout: float, cache_dir: str | None =
                 p.kill()
                 p.join(timeout=5)
         results.close()
+        meeting.cleanup()
 

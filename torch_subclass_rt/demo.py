@@ -24,8 +24,8 @@ import copy
 import dataclasses
 import os
 import queue as queue_mod
-import socket
 import sys
+import tempfile
 import time
 import traceback
 from typing import Any
@@ -353,15 +353,13 @@ def _short_status(requested: str) -> str:
     return f"mode={st.mode!r}, {len(st.points)} patch point(s)"
 
 
-def _worker(rank: int, cfg: DemoConfig, port: int, results) -> None:
+def _worker(rank: int, cfg: DemoConfig, rendezvous: str, results) -> None:
     """Entry point of one spawned rank. Reports ("ok", rank, result) or
     ("error", rank, traceback) on ``results``; on error, exits at once
     without tearing down the process group (a peer may be stuck in a
     collective with us)."""
     ok = False
     try:
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(port)
         torch.set_num_threads(1)
         _apply_mode(cfg.mode)
         import torch._inductor.config as inductor_config
@@ -369,7 +367,7 @@ def _worker(rank: int, cfg: DemoConfig, port: int, results) -> None:
 
         inductor_config.compile_threads = 1
         dist.init_process_group(
-            "gloo", rank=rank, world_size=cfg.world_size, init_method=f"tcp://127.0.0.1:{port}"
+            "gloo", rank=rank, world_size=cfg.world_size, init_method=rendezvous
         )
         result = _train(rank, cfg)
         results.put(("ok", rank, result))
@@ -389,10 +387,12 @@ def _worker(rank: int, cfg: DemoConfig, port: int, results) -> None:
 # the parent
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def rendezvous_file(directory: str) -> str:
+    """Where spawned ranks meet: a file store in ``directory`` (a fresh
+    temporary one). A TCP port found free and closed before rank 0 binds it
+    can be taken in between by another run on the machine (two matrix
+    sessions side by side); a file of our own cannot."""
+    return "file://" + os.path.join(directory, "rendezvous")
 
 
 def run_ranks(cfg: DemoConfig, timeout: float = 300.0) -> list[dict[str, Any]]:
@@ -416,9 +416,12 @@ def run_ranks(cfg: DemoConfig, timeout: float = 300.0) -> list[dict[str, Any]]:
             raise DemoFailure(_device_mesh_refusal())
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    port = _free_port()
+    meeting = tempfile.TemporaryDirectory(prefix="tsrt-ranks-")
     procs = [
-        ctx.Process(target=_worker, args=(r, cfg, port, results), name=f"tsrt-demo-rank{r}", daemon=True)
+        ctx.Process(
+            target=_worker, args=(r, cfg, rendezvous_file(meeting.name), results),
+            name=f"tsrt-demo-rank{r}", daemon=True,
+        )
         for r in range(cfg.world_size)
     ]
     done: dict[int, dict[str, Any]] = {}
@@ -464,6 +467,7 @@ def run_ranks(cfg: DemoConfig, timeout: float = 300.0) -> list[dict[str, Any]]:
                 p.kill()
                 p.join(timeout=5)
         results.close()
+        meeting.cleanup()
 
 
 def format_report(cfg: DemoConfig, results: list[dict[str, Any]]) -> str:
