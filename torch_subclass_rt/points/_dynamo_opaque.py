@@ -20,7 +20,7 @@ def is_tensor_or_opaque(inner: Any) -> bool:
     return isinstance(inner, torch.Tensor) or is_opaque_attr(inner)
 
 
-def _check_tensor_flatten_attr(subclass: Any, attr: str, inner: Any) -> None:
+def check_tensor_flatten_attr(subclass: Any, attr: str, inner: Any) -> None:
     """torch 2.12's ``VariableBuilder.wrap_tensor`` validation of flatten attrs.
 
     Only tensors and reference-type opaques may be flatten attrs: a
