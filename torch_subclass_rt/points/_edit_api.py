@@ -49,7 +49,7 @@ __all__ = [
     "flatten_ctx_ok",
     # parametrize, distributed (FSDP sync): is_opaque_attr above, and
     "is_reference_opaque_type",
-    # _torch_2_11_base (torch 2.10): partitioners, graph_compile
+    # torch_2_11_base (torch 2.10): partitioners, graph_compile
     "is_fake_opaque",
     "record_saved_opaques",
     "refuse_compiled_autograd_with_opaques",

@@ -33,7 +33,7 @@ torch 2.11 and 2.10 have none of the four pieces; this module gives them
   2.11's ``infer_schema`` cannot spell an opaque *return*, so the schema is
   written out; the C++ side accepts it since the type name is registered.
   An operator definition is process-wide and stays after ``uninstall()``,
-  like the opaque type names ``_distributed_opaques`` registers with the C++
+  like the opaque type names ``distributed_opaques`` registers with the C++
   side; without ``install()`` nothing emits it.
 * the tracer hook, ``PythonKeyTracer.create_arg``: an untracked opaque
   with a reconstruction becomes a node on the tracked ancestor.
@@ -331,9 +331,6 @@ def _build_aot_stage2a_partition(original):
 
 _NOT_YET_IN_SERIES = (
     "not yet ported into patches/v2.11.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)"
-)
-_REAL_OPAQUE_SAVED_TEST = (
-    "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_aot_over_dynamo_mesh_output_backward_cpu"
 )
 
 

@@ -53,7 +53,7 @@ The points:
   instead of the generic "Tried to call __getattr__ ... on a FakeScriptObject".
 
 A submesh *derived* in traced code from a mesh input (2.13's
-``reconstruct_fn``) is ``_derived_submesh.py``.
+``reconstruct_fn``) is ``derived_submesh.py``.
 
 torch 2.10 takes the same points (its registry, ``_wrap`` and
 ``FakeScriptObject`` read alike) once ``opaque_members.py`` has given it

@@ -23,10 +23,10 @@ The points ``distributed.DTensor.__tensor_flatten__``,
 2.11's DTensor the same flatten. They are a group of
 their own, applied only by ``install(dtensor=True)``: without them,
 ``install()`` leaves DTensor exactly as torch 2.11 has it. They need the
-DeviceMesh registration of ``points/_distributed_opaques.py`` and what plain
+DeviceMesh registration of ``points/distributed_opaques.py`` and what plain
 ``install()`` gives every fake of a mesh there (``isinstance``, equality
 and hashing as on 2.13, a mesh input handed to ``DTensor.from_local``); one further
-piece lives in ``points/dynamo.py`` because its target is already edited
+piece lives in ``points/dynamo_opaque_inputs.py`` because its target is already edited
 there: ``dynamo.VariableBuilder.wrap_tensor``'s DTensor branch accepts this
 flatten's context (:func:`flatten_ctx_ok`).
 
@@ -55,9 +55,6 @@ from ._versions import ONLY_2_11
 
 #: the point group install(dtensor=True) adds
 GROUP = "dtensor"
-
-_GUARD = "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::"
-
 
 def _tensor_flatten(self):
     """Replaces ``DTensor.__tensor_flatten__`` (torch 2.11.0) with torch

@@ -113,7 +113,7 @@ def _build_wrap_tensor(original):
 
 _WRAP_TENSOR_DTENSOR_CTX = Edit(
     # install(dtensor=True) gives DTensor torch 2.13's flatten (mesh as an
-    # inner attr; points/_dtensor.py): this branch must accept its context
+    # inner attr; points/dtensor.py): this branch must accept its context
     # as well as 2.11's. Without that group DTensor's context is 2.11's and
     # the check is the same as torch's.
     """
@@ -348,7 +348,7 @@ POINTS = [
         name="dynamo.VariableBuilder.wrap_tensor",
         target="torch._dynamo.variables.builder:VariableBuilder.wrap_tensor",
         # 0012: its inner attrs are built as subclass inner attrs (the
-        # DeviceMesh / ProcessGroup path of _distributed_opaques.py)
+        # DeviceMesh / ProcessGroup path of distributed_opaques.py)
         series=(
             "0003 torch/_dynamo/variables/builder.py::VariableBuilder.wrap_tensor",
             "0003 torch/_dynamo/variables/builder.py::_check_tensor_flatten_attr",

@@ -28,7 +28,7 @@ it), and the edited ``meta_tensor`` reads them back. A desc carries its own
 opaques, so nothing is shared between threads and nothing outlives the desc.
 
 These functions are called from edited torch source (see
-``points/fake_tensors.py``) as ``__tsrt__.<name>`` (``_edit_api``); they import nothing
+the builds below) as ``__tsrt__.<name>`` (``_edit_api``); they import nothing
 from torch at module level.
 """
 from __future__ import annotations
@@ -153,7 +153,7 @@ def _build_describe_tensor(original):
     (torch 2.11.0) with three edits. Differs from 2.11, as 2.12: only tensor
     attrs are described; opaque attrs are kept aside (2.12:
     ``MetaTensorDesc.opaque_attrs``; here on the desc instance, see
-    ``_fake_opaque_attrs`` for why not a dataclass field); any other attr is
+    the module docstring for why not a dataclass field); any other attr is
     the runtime's TypeError. Note [install() is transparent without
     opaques]: identical (torch's own source; without opaques
     describe_flatten_attrs describes every attr as 2.11 did and nothing is

@@ -13,7 +13,7 @@ Registered opaque members resolved when read, not at every fakification
 (upstream PR 193452, open; issue 187505 items 3-4).
 
 Every release with opaque members (torch 2.11.0 to 2.14.1; 2.10.0 through
-``install()``'s ``_opaque_members``) builds the fake of a registered opaque
+``install()``'s ``opaque_members``) builds the fake of a registered opaque
 in ``maybe_to_fake_obj`` by reading *every* registered member off the real
 object and storing it on the FakeScriptObject. Two consequences:
 
@@ -204,12 +204,6 @@ def _importers(*modules: str) -> tuple[str, ...]:
 
 
 _FIX = "PR 193452 (open; issue 187505 items 3-4)"
-_F = "0020 torch/_library/fake_class_registry.py::"
-_TEST = "test/runtime/test_lazy_members.py::TestLazyMembers::"
-_TESTS = (
-    f"{_TEST}test_unread_member_not_evaluated",
-    f"{_TEST}test_inlined_member_side_effect_on_runtime_object",
-)
 
 
 #: the Dynamo hook that reads an opaque's member, by release (2.14 renamed

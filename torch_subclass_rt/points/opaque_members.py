@@ -14,7 +14,7 @@ Opaque members and ``guard_fn``, as torch 2.11 has them, for torch 2.10.
 torch 2.11 lets an opaque registration say what compiled code may read off
 the object (``members={name: MemberType.USE_REAL | INLINED}``) and what to
 guard on (``guard_fn``); DeviceMesh / ProcessGroup as opaques
-(``_distributed_opaques.py``) and a sharded subclass whose dispatch reads
+(``distributed_opaques.py``) and a sharded subclass whose dispatch reads
 ``mesh.size()`` while tracing build on both. torch 2.10 registers a type
 with a name and a kind only, sets nothing on the FakeScriptObject that
 stands in for the object, refuses every attribute of a reference opaque in
@@ -54,7 +54,6 @@ from ..patching.source_edit import Edit, edited_function
 from ._versions import ONLY_2_10
 
 _OO = "torch._library.opaque_object"
-_MEMBERS_TEST = "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU"
 
 
 class MemberType(enum.Enum):

@@ -81,21 +81,6 @@ SERIES_NONE = (
     "torch 2.10/2.11 pickle an opaque's real object into the AOTAutograd "
     "cache key, so their caches never reuse a graph across differing reads"
 )
-_TEST = "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::"
-_RANKS_TEST = (
-    "test/distributed/test_dtensor_scenarios.py::TestOpaqueReadsRanks::"
-    "test_redistribute_warm_shared_cache"
-)
-#: fail without the record being made and checked
-IN_PROCESS_TESTS = (
-    f"{_TEST}test_recompile_on_member_value_gets_its_own_artifact",
-    f"{_TEST}test_plain_member_read_in_dispatch",
-    _RANKS_TEST,
-)
-#: fail without the fake's reads reaching the record
-READ_TESTS = IN_PROCESS_TESTS
-#: fail without the record being saved (every entry then misses)
-HIT_TESTS = (f"{_TEST}test_equal_member_values_hit_in_a_warm_process",)
 
 
 class Unrecordable(Exception):
@@ -395,6 +380,7 @@ POINTS = [
         "opaque input (a recompile in one process; ranks sharing a cache)",
         upstream_fix=FIX,
         series_none=SERIES_NONE,
+        # fail without the record being made and checked
         guarded_by=(
             "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_recompile_on_member_value_gets_its_own_artifact",
             "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_plain_member_read_in_dispatch",
@@ -409,6 +395,7 @@ POINTS = [
         reason="a cache entry carries the opaque member reads its graph was traced with",
         upstream_fix=FIX,
         series_none=SERIES_NONE,
+        # fail without the record being saved (every entry then misses)
         guarded_by=(
             "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_equal_member_values_hit_in_a_warm_process",
         ),
@@ -422,6 +409,7 @@ POINTS = [
         "for the AOTAutograd cache",
         upstream_fix=FIX,
         series_none=SERIES_NONE,
+        # fail without the fake's reads reaching the record
         guarded_by=(
             "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_recompile_on_member_value_gets_its_own_artifact",
             "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_plain_member_read_in_dispatch",
@@ -437,6 +425,7 @@ POINTS = [
         "this call's objects was a hit",
         upstream_fix=FIX,
         series_none=SERIES_NONE,
+        # fail without the record being made and checked
         guarded_by=(
             "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_recompile_on_member_value_gets_its_own_artifact",
             "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_plain_member_read_in_dispatch",

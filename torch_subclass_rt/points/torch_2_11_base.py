@@ -370,20 +370,6 @@ def _build_can_lift_attrs_to_inputs(original):
     return _can_lift_attrs_to_inputs
 
 
-_BACKWARD_TEST = (
-    "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU"
-    "::test_tensor_subclass_with_opaque_attr_backward_cpu"
-)
-_NESTED_BACKWARD_TEST = (
-    # saves a computed tensor after the opaque input in graph order: without
-    # the reorder the opaque lands among the saved tensors
-    "test/runtime/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU"
-    "::test_nested_subclass_backward_cpu"
-)
-_INDUCTOR_TEST = (
-    "test/runtime/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
-    "::test_inductor_fwd_bwd_cpu"
-)
 
 
 POINTS = [
@@ -541,6 +527,8 @@ POINTS = [
         series=("0000 torch/_functorch/partitioners.py::_extract_fwd_bwd_modules",),
         guarded_by=(
             "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+            # saves a computed tensor after the opaque input in graph order: without
+            # the reorder the opaque lands among the saved tensors
             "test/runtime/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_nested_subclass_backward_cpu",
         ),
         **ONLY_2_10,
