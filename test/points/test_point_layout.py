@@ -260,6 +260,27 @@ class TestInstallOrder(unittest.TestCase):
     def test_all_points_stack_fixes_last(self):
         self._check(points.all_points())
 
+    def test_all_points_by_fix_then_subsystem_then_declared(self):
+        # registry.plan resolves points in this order, and a point's
+        # rebinds_if_loaded sees only the modules the points before it
+        # imported: the order of the one-module-per-subsystem layout is kept
+        rank = {name: i for i, name in enumerate(points.SUBSYSTEMS)}
+        declared = [p for ps in _declared().values() for p in ps]
+        expected = sorted(
+            declared, key=lambda p: (bool(p.upstream_fix), rank[points.subsystem_of(p.target)])
+        )
+        self.assertEqual([id(p) for p in points.all_points()], [id(p) for p in expected])
+
+    def test_lazy_members_fix_planned_after_the_aot_autograd_fixes(self):
+        # library.maybe_to_fake_obj.lazy_members rebinds export's constant
+        # lifting only if loaded, which the aot_autograd fix points before it
+        # load (Note [Install order of stacked points])
+        for version in ("2.12.1", "2.13.0", "2.14.1"):
+            selected = [p.name for p in registry.select(points.all_points(), version, "native+fixes")]
+            lazy = selected.index("library.maybe_to_fake_obj.lazy_members")
+            cache_key = selected.index("aot_autograd.autograd_cache_key.opaque_reads")
+            self.assertLess(cache_key, lazy, version)
+
     def test_order_does_not_come_from_the_modules(self):
         # declaring the modules in another order gives a valid order too
         reversed_points = [p for ps in reversed(list(_declared().values())) for p in reversed(ps)]

@@ -49,10 +49,21 @@ Note [Install order of stacked points]
 Two points of one release and mode may share a target only when the second
 carries an upstream fix (``upstream_fix``) that wraps the first's
 replacement (``registry.plan``). :func:`all_points` therefore puts every
-point that carries an upstream fix after every point that does not, keeping
-the declared order (``CHANGES``, then each module's ``POINTS``) otherwise; no
-other order between points matters (every replacement is built from torch's
-original before any is set).
+point that carries an upstream fix after every point that does not
+(:func:`install_order`), keeping its order otherwise.
+
+That order is by subsystem (``SUBSYSTEMS``' order), then declared order
+(``CHANGES``, then each module's ``POINTS``), as it was when points/ had one
+module per subsystem. Every replacement is built from torch's original before
+any is set, but ``registry.plan`` resolves the points one after another,
+importing each target's module, and a point's ``rebinds_if_loaded`` names
+only the modules already imported when its turn comes: a point planned
+earlier may import one of them (``library.maybe_to_fake_obj.lazy_members``
+rebinds ``torch._export.passes.lift_constants_pass`` only because the
+``aot_autograd`` fix points before it have imported it, and would otherwise
+leave it holding the original: PatchError). So the plan order is kept: the
+points before each point with ``rebinds_if_loaded`` are the same as before
+the move (test/points/test_point_layout.py pins the order's rule).
 
 Note [Upstream fixes]
 ~~~~~~~~~~~~~~~~~~~~~
@@ -107,6 +118,8 @@ CHANGES: tuple[str, ...] = (
     "opaque_members",
     # the series, one commit each (0001 ... 0020)
     "subclass_runtime",
+    # speed only (no series commit), next to the runtime it speeds up
+    "generated_wrappers",
     "functional_utils",
     "tracing",
     "fake_opaque_attrs",
@@ -119,14 +132,15 @@ CHANGES: tuple[str, ...] = (
     "dtensor",
     "derived_submesh",
     "lazy_log_and_donated_buffers",
-    "lazy_members",
-    # no series commit: speed only; forced mode only; upstream fixes of
-    # releases with native support; a torch bug
-    "generated_wrappers",
+    # no series commit: forced mode only
     "forced_validation",
+    # upstream fixes of the releases with native support (lazy_members also
+    # series 0020), and a torch bug; registered_opaque_instancecheck before
+    # lazy_members before opaque_reads (Note [Install order of stacked points])
     "value_opaque_outputs",
     "export_opaque_constants",
     "registered_opaque_instancecheck",
+    "lazy_members",
     "opaque_reads",
 )
 
@@ -219,4 +233,7 @@ def all_points() -> list[PatchPoint]:
     points: list[PatchPoint] = []
     for name in CHANGES:
         points.extend(importlib.import_module(f"{__name__}.{name}").POINTS)
+    # Note [Install order of stacked points]: by subsystem, then as declared
+    rank = {name: i for i, name in enumerate(SUBSYSTEMS)}
+    points.sort(key=lambda p: rank.get(subsystem_of(p.target) or "", len(rank)))
     return install_order(points)

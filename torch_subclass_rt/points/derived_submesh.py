@@ -335,6 +335,18 @@ _NOT_YET_IN_SERIES = (
 
 
 POINTS = [
+    # torch 2.10's point of this name is torch_2_11_base's
+    PatchPoint(
+        name="partitioners._extract_fwd_bwd_modules",
+        target="torch._functorch.partitioners:_extract_fwd_bwd_modules",
+        build=_build_extract_fwd_bwd_modules,
+        reason="a real opaque saved for backward went to save_for_backward with the tensors (2.13: is_opaque_node)",
+        series_none=_NOT_YET_IN_SERIES,
+        guarded_by=(
+            "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_aot_over_dynamo_mesh_output_backward_cpu",
+        ),
+        **ONLY_2_11,
+    ),
     *per_release(
         name="partitioners.default_partition",
         target="torch._functorch.partitioners:default_partition",
@@ -399,18 +411,6 @@ POINTS = [
         target="torch._functorch._aot_autograd.graph_compile:_aot_stage2a_partition",
         build=_build_aot_stage2a_partition,
         reason="a real opaque saved for backward was not counted as a saved opaque (2.13: is_opaque_node)",
-        series_none=_NOT_YET_IN_SERIES,
-        guarded_by=(
-            "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_aot_over_dynamo_mesh_output_backward_cpu",
-        ),
-        **ONLY_2_11,
-    ),
-    # torch 2.10's point of this name is torch_2_11_base's
-    PatchPoint(
-        name="partitioners._extract_fwd_bwd_modules",
-        target="torch._functorch.partitioners:_extract_fwd_bwd_modules",
-        build=_build_extract_fwd_bwd_modules,
-        reason="a real opaque saved for backward went to save_for_backward with the tensors (2.13: is_opaque_node)",
         series_none=_NOT_YET_IN_SERIES,
         guarded_by=(
             "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_aot_over_dynamo_mesh_output_backward_cpu",

@@ -717,6 +717,38 @@ POINTS = [
         ),
         **RUNTIME,
     ),
+    # fakes of one object compare equal and hash alike (torch 2.13)
+    PatchPoint(
+        name="library.FakeScriptObject.__eq__",
+        target="torch._library.fake_class_registry:FakeScriptObject.__eq__",
+        build=lambda _original: _fake_eq,
+        reason="fakes of one object compare equal and hash alike (torch 2.13)",
+        new_attribute=True,
+        series=(
+            "0014 torch/_library/fake_class_registry.py::FakeScriptObject.__eq__",
+            "0014 torch/_library/fake_class_registry.py::maybe_unwrap_fake_script_object",
+        ),
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_equal_cpu",
+            "test/distributed/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    # __hash__: torch 2.11's class has object's (not its own attribute)
+    PatchPoint(
+        name="library.FakeScriptObject.__hash__",
+        target="torch._library.fake_class_registry:FakeScriptObject.__hash__",
+        build=lambda _original: _fake_hash,
+        reason="fakes of one object compare equal and hash alike (torch 2.13)",
+        new_attribute=True,
+        # the series' 0014 hashes by identity: this point's hash is not ported yet
+        series_none=_NOT_YET_IN_SERIES,
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_equal_cpu",
+            "test/distributed/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
+        ),
+        **ONLY_BACKPORT,
+    ),
     PatchPoint(
         name="library.FakeScriptObject.__deepcopy__",
         target="torch._library.fake_class_registry:FakeScriptObject.__deepcopy__",
@@ -777,38 +809,6 @@ POINTS = [
         series_none=_NOT_YET_IN_SERIES,
         guarded_by=(
             "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_tracked_apart_cpu",
-        ),
-        **ONLY_BACKPORT,
-    ),
-    # fakes of one object compare equal and hash alike (torch 2.13)
-    PatchPoint(
-        name="library.FakeScriptObject.__eq__",
-        target="torch._library.fake_class_registry:FakeScriptObject.__eq__",
-        build=lambda _original: _fake_eq,
-        reason="fakes of one object compare equal and hash alike (torch 2.13)",
-        new_attribute=True,
-        series=(
-            "0014 torch/_library/fake_class_registry.py::FakeScriptObject.__eq__",
-            "0014 torch/_library/fake_class_registry.py::maybe_unwrap_fake_script_object",
-        ),
-        guarded_by=(
-            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_equal_cpu",
-            "test/distributed/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
-        ),
-        **ONLY_BACKPORT,
-    ),
-    # __hash__: torch 2.11's class has object's (not its own attribute)
-    PatchPoint(
-        name="library.FakeScriptObject.__hash__",
-        target="torch._library.fake_class_registry:FakeScriptObject.__hash__",
-        build=lambda _original: _fake_hash,
-        reason="fakes of one object compare equal and hash alike (torch 2.13)",
-        new_attribute=True,
-        # the series' 0014 hashes by identity: this point's hash is not ported yet
-        series_none=_NOT_YET_IN_SERIES,
-        guarded_by=(
-            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_equal_cpu",
-            "test/distributed/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
         ),
         **ONLY_BACKPORT,
     ),

@@ -373,6 +373,19 @@ def _build_can_lift_attrs_to_inputs(original):
 
 
 POINTS = [
+    # what 2.11 has (patch 0000), with the 2.11 edit's opaque case (torch
+    # 2.11's point of this name is derived_submesh's)
+    PatchPoint(
+        name="aot_autograd._aot_stage2a_partition",
+        target="torch._functorch._aot_autograd.graph_compile:_aot_stage2a_partition",
+        build=_build_aot_stage2a_partition,
+        reason="the count of opaques saved for backward was not recorded",
+        series=("0000 torch/_functorch/_aot_autograd/graph_compile.py::_aot_stage2a_partition",),
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+        ),
+        **ONLY_2_10,
+    ),
     PatchPoint(
         name="aot_autograd.ViewAndMutationMeta.num_opaque_objects_saved_for_bw",
         target=f"{_SCHEMAS}:ViewAndMutationMeta.num_opaque_objects_saved_for_bw",
@@ -431,6 +444,22 @@ POINTS = [
         guarded_by=(
             "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
             "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_opaque_backward_compiled_autograd_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+    # what 2.11 has (patch 0000), with the 2.11 edit's opaque case (torch
+    # 2.11's point of this name is derived_submesh's)
+    PatchPoint(
+        name="partitioners._extract_fwd_bwd_modules",
+        target="torch._functorch.partitioners:_extract_fwd_bwd_modules",
+        build=_build_extract_fwd_bwd_modules,
+        reason="a saved opaque went to save_for_backward with the tensors",
+        series=("0000 torch/_functorch/partitioners.py::_extract_fwd_bwd_modules",),
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+            # saves a computed tensor after the opaque input in graph order: without
+            # the reorder the opaque lands among the saved tensors
+            "test/runtime/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_nested_subclass_backward_cpu",
         ),
         **ONLY_2_10,
     ),
@@ -501,35 +530,6 @@ POINTS = [
         ),
         guarded_by=(
             "test/runtime/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU::test_inductor_fwd_bwd_cpu",
-        ),
-        **ONLY_2_10,
-    ),
-    # what 2.11 has (patch 0000), with the 2.11 edit's opaque case (torch
-    # 2.11's point of this name is derived_submesh's)
-    PatchPoint(
-        name="aot_autograd._aot_stage2a_partition",
-        target="torch._functorch._aot_autograd.graph_compile:_aot_stage2a_partition",
-        build=_build_aot_stage2a_partition,
-        reason="the count of opaques saved for backward was not recorded",
-        series=("0000 torch/_functorch/_aot_autograd/graph_compile.py::_aot_stage2a_partition",),
-        guarded_by=(
-            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
-        ),
-        **ONLY_2_10,
-    ),
-    # what 2.11 has (patch 0000), with the 2.11 edit's opaque case (torch
-    # 2.11's point of this name is derived_submesh's)
-    PatchPoint(
-        name="partitioners._extract_fwd_bwd_modules",
-        target="torch._functorch.partitioners:_extract_fwd_bwd_modules",
-        build=_build_extract_fwd_bwd_modules,
-        reason="a saved opaque went to save_for_backward with the tensors",
-        series=("0000 torch/_functorch/partitioners.py::_extract_fwd_bwd_modules",),
-        guarded_by=(
-            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
-            # saves a computed tensor after the opaque input in graph order: without
-            # the reorder the opaque lands among the saved tensors
-            "test/runtime/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_nested_subclass_backward_cpu",
         ),
         **ONLY_2_10,
     ),
