@@ -6,8 +6,8 @@ forced). See Note [Upstream fixes] in ``points/__init__.py``.
 
 Releases and modes: 2.11.0, 2.12.0, 2.12.1, 2.13.0, 2.14.0, 2.14.1
     (backport, forced, native+fixes).
-Series commits: patches/v2.11.0/0010-dynamo-Build-a-callable-value-type-
-    opaque-on-a-subcl.patch.
+Series commits:
+    patches/v2.11.0/0010-dynamo-Build-a-callable-value-type-opaque-on-a-subcl.patch.
 Upstream: PR 188799 (issue 188796).
 """
 

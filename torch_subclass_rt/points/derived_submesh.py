@@ -5,8 +5,8 @@ input"), and on torch 2.11 the partitioners' case of a real opaque saved
 for backward (not yet in the series).
 
 Releases and modes: 2.10.0, 2.11.0 (backport).
-Series commits: patches/v2.10.0/0016-distributed-fx-Derive-a-submesh-of-a-
-    mesh-graph-inpu.patch.
+Series commits:
+    patches/v2.10.0/0016-distributed-fx-Derive-a-submesh-of-a-mesh-graph-inpu.patch.
 Upstream: none (not an upstream fix).
 
 A submesh derived inside traced code from a mesh graph input (torch 2.10 / 2.11).
@@ -48,6 +48,7 @@ member (Note [Distributed opaque members]), so ``x.mesh["tp"]`` in compiled
 code becomes a ``call_method`` node on the mesh input, which AOTAutograd
 traces through the ``__getitem__`` above and the hook.
 """
+
 from __future__ import annotations
 
 import functools

@@ -6,11 +6,10 @@ reference opaques"), and the fake's identity (``__eq__``: 0014;
 
 Releases and modes: 2.10.0, 2.11.0 (backport); 2.10.0, 2.11.0, 2.13.0
     (backport, forced).
-Series commits: patches/v2.10.0/0000-aot_autograd-dynamo-inductor-Opaque-
-    objects-saved-fo.patch, patches/v2.10.0/0012-distributed-dynamo-
-    DeviceMesh-and-ProcessGroup-as-re.patch,
-    patches/v2.11.0/0014-distributed-dynamo-DTensor-flattens-with-
-    device_mesh.patch.
+Series commits:
+    patches/v2.10.0/0000-aot_autograd-dynamo-inductor-Opaque-objects-saved-fo.patch,
+    patches/v2.10.0/0012-distributed-dynamo-DeviceMesh-and-ProcessGroup-as-re.patch,
+    patches/v2.11.0/0014-distributed-dynamo-DTensor-flattens-with-device_mesh.patch.
 Upstream: none (not an upstream fix).
 
 ``DeviceMesh`` and ``ProcessGroup`` as reference opaques on torch 2.10 / 2.11.
@@ -40,7 +39,7 @@ The points:
   registry, as 2.13 does, so a mesh counts as an opaque object (and its
   ``FakeScriptObject`` too) wherever an opaque is recognised.
 * ``VariableBuilder._wrap``: a mesh / process group that is an inner attr of
-  a subclass input (marked by the ``wrap_tensor`` edit in ``dynamo.py``) is
+  a subclass input (marked by the ``wrap_tensor`` edit in ``dynamo_opaque_inputs.py``) is
   wrapped as an opaque graph input (2.13's path) instead of 2.11's
   ``DeviceMeshVariable`` (a constant: ``x.mesh`` handed to a custom op
   graph-breaks, it has no proxy) / ``ProcessGroupVariable`` (``ID_MATCH``:
@@ -62,6 +61,7 @@ is on the package's own ``OpaqueBase`` (2.10 has no ``torch._opaque_base``),
 and ``_wrap`` also installs the ``guard_fn`` guard 2.10 lacks. 2.10's
 DeviceMesh lacks three of the members 2.13 lists; they are left out there.
 """
+
 from __future__ import annotations
 
 import functools

@@ -4,8 +4,8 @@ Series patch 0014 ("[distributed][dynamo] DTensor flattens with device_mesh
 ..."), only with ``install(dtensor=True)``.
 
 Releases and modes: 2.11.0 (backport).
-Series commits: patches/v2.11.0/0014-distributed-dynamo-DTensor-flattens-
-    with-device_mesh.patch.
+Series commits:
+    patches/v2.11.0/0014-distributed-dynamo-DTensor-flattens-with-device_mesh.patch.
 Upstream: none (not an upstream fix).
 
 Opt-in (``install(dtensor=True)``): DTensor's mesh as an opaque inner attr.
@@ -45,6 +45,7 @@ and both meshes are guarded (equal at run time as at compile time).
 On torch >= 2.12 DTensor flattens this way itself and ``dtensor=True`` adds
 nothing.
 """
+
 from __future__ import annotations
 
 from typing import Any

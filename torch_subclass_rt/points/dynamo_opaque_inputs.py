@@ -15,12 +15,11 @@ the 11-line ``_apply_func_to_inner_tensors_of_same_dim``, which is
 replaced. The checks the edited sources call are in ``_dynamo_opaque``.
 
 Releases and modes: 2.10.0, 2.11.0 (backport).
-Series commits: patches/v2.10.0/0003-dynamo-Trace-subclass-inputs-with-
-    opaque-inner-attrs.patch, patches/v2.10.0/0008-dynamo-Guard-state-
-    pickling-and-returned-value-opaqu.patch,
-    patches/v2.10.0/0012-distributed-dynamo-DeviceMesh-and-ProcessGroup-as-
-    re.patch, patches/v2.11.0/0014-distributed-dynamo-DTensor-flattens-with-
-    device_mesh.patch.
+Series commits:
+    patches/v2.10.0/0003-dynamo-Trace-subclass-inputs-with-opaque-inner-attrs.patch,
+    patches/v2.10.0/0008-dynamo-Guard-state-pickling-and-returned-value-opaqu.patch,
+    patches/v2.10.0/0012-distributed-dynamo-DeviceMesh-and-ProcessGroup-as-re.patch,
+    patches/v2.11.0/0014-distributed-dynamo-DTensor-flattens-with-device_mesh.patch.
 Upstream: none (not an upstream fix).
 """
 

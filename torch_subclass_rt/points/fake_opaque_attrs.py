@@ -12,8 +12,8 @@ passes the real opaque object through to ``__tensor_unflatten__``; these
 points port that.
 
 Releases and modes: 2.10.0, 2.11.0 (backport).
-Series commits: patches/v2.10.0/0002-fake_tensor-Fakeify-and-guard-
-    subclasses-with-opaque.patch.
+Series commits:
+    patches/v2.10.0/0002-fake_tensor-Fakeify-and-guard-subclasses-with-opaque.patch.
 Upstream: none (not an upstream fix).
 
 Opaque attrs of a subclass, carried from ``describe_tensor`` to ``meta_tensor``.
@@ -27,10 +27,11 @@ dataclass fields, ``__eq__``, ``as_json`` and ``dataclasses.replace`` never see
 it), and the edited ``meta_tensor`` reads them back. A desc carries its own
 opaques, so nothing is shared between threads and nothing outlives the desc.
 
-These functions are called from edited torch source (see
-the builds below) as ``__tsrt__.<name>`` (``_edit_api``); they import nothing
-from torch at module level.
+``describe_flatten_attrs``, ``attach`` and ``opaque_attrs_of`` are called
+from the edited torch sources of the builds below as ``__tsrt__.<name>``
+(``_edit_api``).
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional

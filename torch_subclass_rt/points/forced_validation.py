@@ -17,6 +17,7 @@ In forced mode we check the attrs first and raise the runtime's errors (the
 backport gets the same check from its ``dynamo.VariableBuilder.wrap_tensor``
 source edit, which sits where 2.12 validates).
 """
+
 from __future__ import annotations
 
 import functools

@@ -4,9 +4,9 @@ Series patch 0001 (``functional_utils``) and patch 0007 ("Skip opaque inner
 attrs when reading mutations": ``sc_visit``).
 
 Releases and modes: 2.10.0, 2.11.0 (backport).
-Series commits: patches/v2.10.0/0001-aot_autograd-Opaque-reference-objects-
-    as-inner-attrs.patch, patches/v2.10.0/0007-aot_autograd-Skip-opaque-
-    inner-attrs-when-reading-mu.patch.
+Series commits:
+    patches/v2.10.0/0001-aot_autograd-Opaque-reference-objects-as-inner-attrs.patch,
+    patches/v2.10.0/0007-aot_autograd-Skip-opaque-inner-attrs-when-reading-mu.patch.
 Upstream: none (not an upstream fix).
 
 AOTAutograd functionalization helpers (``functional_utils``) on 2.10 / 2.11.
@@ -31,6 +31,7 @@ non-tensor, so never True for a subclass with an opaque) only changes what a
 training graph does with such a mutation, which 2.11 cannot trace yet
 (``graph_capture_wrappers.sc_visit`` reads ``.elem`` off the opaque).
 """
+
 from __future__ import annotations
 
 import functools

@@ -4,8 +4,8 @@ Series patch 0008 ("Guard-state pickling and returned value-opaque ...";
 its ``PyCodegen.__call__`` share is ``dynamo_opaque_inputs``).
 
 Releases and modes: 2.10.0, 2.11.0 (backport).
-Series commits: patches/v2.10.0/0008-dynamo-Guard-state-pickling-and-
-    returned-value-opaqu.patch.
+Series commits:
+    patches/v2.10.0/0008-dynamo-Guard-state-pickling-and-returned-value-opaqu.patch.
 Upstream: none (not an upstream fix).
 """
 

@@ -15,8 +15,8 @@ key already. So the key names the opaque's type, as AOTAutogradCache does for
 opaques in 2.12+.
 
 Releases and modes: 2.10.0, 2.11.0 (backport).
-Series commits: patches/v2.10.0/0005-inductor-Opaque-graph-inputs-in-the-FX-
-    graph-cache-k.patch.
+Series commits:
+    patches/v2.10.0/0005-inductor-Opaque-graph-inputs-in-the-FX-graph-cache-k.patch.
 Upstream: none (not an upstream fix).
 """
 

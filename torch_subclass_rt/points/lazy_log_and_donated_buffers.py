@@ -7,8 +7,8 @@ check), carried into 2.10.0 / 2.11.0 for every graph (Note [Scope of the
 fixes outside the feature], below).
 
 Releases and modes: 2.10.0, 2.11.0 (backport, native+fixes).
-Series commits: patches/v2.10.0/0018-aot_autograd-Format-metadata-log-
-    records-lazily-skip.patch.
+Series commits:
+    patches/v2.10.0/0018-aot_autograd-Format-metadata-log-records-lazily-skip.patch.
 Upstream: issue 152183 (torch 2.12.0 formats the record lazily; PR 185632
     later makes the repr itself subclass-safe); torch 2.12.0 donated-buffer
     check (a FakeTensor check in collect_fw_donated_buffer_idxs; no upstream

@@ -5,8 +5,8 @@ Upstream PR 193452 (open; issue 187505 items 3-4), carried into the backport
 
 Releases and modes: 2.10.0, 2.11.0, 2.12.0, 2.12.1, 2.13.0, 2.14.0, 2.14.1
     (backport, forced, native+fixes); 2.14.0, 2.14.1 (native+fixes).
-Series commits: patches/v2.10.0/0020-library-Resolve-registered-opaque-
-    members-when-they-.patch.
+Series commits:
+    patches/v2.10.0/0020-library-Resolve-registered-opaque-members-when-they-.patch.
 Upstream: PR 193452 (open; issue 187505 items 3-4).
 
 Registered opaque members resolved when read, not at every fakification
@@ -35,6 +35,7 @@ an ``INLINED`` function is bound to the fake, anything else is read off the
 real object with dispatch modes disabled, as the releases read it, and
 kept on the fake (a snapshot, as before).
 """
+
 from __future__ import annotations
 
 import functools

@@ -5,8 +5,8 @@ registered members, ``MemberType`` and ``guard_fn`` of torch 2.11's
 ``register_opaque_type``, and Dynamo's reads and guards of them.
 
 Releases and modes: 2.10.0 (backport).
-Series commits: patches/v2.10.0/0000-aot_autograd-dynamo-inductor-Opaque-
-    objects-saved-fo.patch.
+Series commits:
+    patches/v2.10.0/0000-aot_autograd-dynamo-inductor-Opaque-objects-saved-fo.patch.
 Upstream: none (not an upstream fix).
 
 Opaque members and ``guard_fn``, as torch 2.11 has them, for torch 2.10.
@@ -41,6 +41,7 @@ The points (patch 0000 of the v2.10.0 series, "what torch 2.11 has"):
 
 Every point is ``ONLY_2_10``: torch 2.11 has all of it.
 """
+
 from __future__ import annotations
 
 import copy

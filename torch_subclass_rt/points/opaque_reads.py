@@ -52,6 +52,7 @@ entry unsaved: never wrong, only uncached. A hit stays a hit wherever
 nothing that was read differs (equal meshes on every rank, the demo's
 warm start).
 """
+
 from __future__ import annotations
 
 import enum

@@ -15,11 +15,9 @@ both read every attr of ``__tensor_flatten__`` as a tensor. Torch 2.12 skips
 opaque attrs: an opaque has no storage to count and nothing to broadcast (a
 reference opaque such as a mesh handle is per-rank state, not data).
 
-Parametrization (below):
-
 Releases and modes: 2.10.0, 2.11.0 (backport).
-Series commits: patches/v2.10.0/0004-export-parametrize-fsdp-Opaque-inner-
-    attrs-outside-t.patch.
+Series commits:
+    patches/v2.10.0/0004-export-parametrize-fsdp-Opaque-inner-attrs-outside-t.patch.
 Upstream: none (not an upstream fix).
 
 ``unwrap_tensor_subclass_parameters`` with opaque attrs (torch 2.10 / 2.11).
@@ -35,6 +33,7 @@ object itself through the flat list, and ``ParametrizationList`` stores it
 as a plain attribute ``original{i}`` (not a parameter or buffer, so it is in
 neither ``parameters()`` nor ``state_dict()``). This module ports both.
 """
+
 from __future__ import annotations
 
 import functools

@@ -20,8 +20,8 @@ module global), and ``compute_outer_size_and_stride`` is only called by the
 
 Releases and modes: 2.10.0, 2.11.0 (backport); 2.10.0, 2.11.0, 2.13.0
     (backport, forced); 2.13.0 (forced).
-Series commits: patches/v2.10.0/0001-aot_autograd-Opaque-reference-objects-
-    as-inner-attrs.patch.
+Series commits:
+    patches/v2.10.0/0001-aot_autograd-Opaque-reference-objects-as-inner-attrs.patch.
 Upstream: none (not an upstream fix).
 """
 

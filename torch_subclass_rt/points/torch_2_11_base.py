@@ -7,10 +7,10 @@ the duplicate-input guard of a shared opaque. Registered members and
 ``guard_fn`` (the rest of patch 0000) are ``opaque_members``.
 
 Releases and modes: 2.10.0 (backport).
-Series commits: patches/v2.10.0/0000-aot_autograd-dynamo-inductor-Opaque-
-    objects-saved-fo.patch, patches/v2.10.0/0001-aot_autograd-Opaque-
-    reference-objects-as-inner-attrs.patch, patches/v2.10.0/0020-library-
-    Resolve-registered-opaque-members-when-they-.patch.
+Series commits:
+    patches/v2.10.0/0000-aot_autograd-dynamo-inductor-Opaque-objects-saved-fo.patch,
+    patches/v2.10.0/0001-aot_autograd-Opaque-reference-objects-as-inner-attrs.patch,
+    patches/v2.10.0/0020-library-Resolve-registered-opaque-members-when-they-.patch.
 Upstream: none (not an upstream fix).
 
 What torch 2.11 already has and the feature builds on, for torch 2.10.
@@ -48,6 +48,7 @@ Each edit is the smallest change that gives 2.11's result; where 2.11
 restructured a function, the edit adds only the opaque case. The graphs
 equal 2.11's (test/expected/, shared with 2.11 and native 2.13).
 """
+
 from __future__ import annotations
 
 from typing import Any

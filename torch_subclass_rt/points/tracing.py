@@ -4,8 +4,8 @@ Series patch 0001 (``proxy_tensor``, ``FakeScriptObject.__init__``), and
 ``fx.wrap_key`` (torch 2.11 only, not yet in the series).
 
 Releases and modes: 2.10.0, 2.11.0 (backport).
-Series commits: patches/v2.10.0/0001-aot_autograd-Opaque-reference-objects-
-    as-inner-attrs.patch.
+Series commits:
+    patches/v2.10.0/0001-aot_autograd-Opaque-reference-objects-as-inner-attrs.patch.
 Upstream: none (not an upstream fix).
 
 Proxy tracing of opaques (2.10 / 2.11): one object, one graph input.
@@ -22,6 +22,7 @@ wrappers lose the identity of the caller's object. Torch 2.12 keys proxies by
 the real object and stops deep-copying registered opaques; these points port
 that, so graph dumps match 2.13 byte for byte.
 """
+
 from __future__ import annotations
 
 import functools
