@@ -197,6 +197,28 @@ class TestNoPrivateReach(unittest.TestCase):
                         self.fail(f"{path.name}: from . import {alias.name}")
 
 
+class TestChangeTable(unittest.TestCase):
+    def test_design_doc_has_the_generated_table(self):
+        design = (PACKAGE.parent / "docs" / "design.md").read_text()
+        fixes = (PACKAGE.parent / "docs" / "fixes.md").read_text()
+        begin, end = "<!-- change table: begin -->\n", "<!-- change table: end -->"
+        self.assertIn(begin, design)
+        table = design.split(begin, 1)[1].split(end, 1)[0]
+        self.assertEqual(
+            table,
+            points.change_table(fixes),
+            "docs/design.md's change table is stale: paste points.change_table() there",
+        )
+
+    def test_every_upstream_fix_has_its_section(self):
+        fixes = (PACKAGE.parent / "docs" / "fixes.md").read_text()
+        for row in points.change_table(fixes).splitlines()[2:]:
+            cells = [c.strip() for c in row.strip("|").split("|")]
+            with self.subTest(change=cells[1]):
+                upstream, link = cells[4], cells[5]
+                self.assertEqual(upstream == "-", link == "-", row)
+
+
 class TestSubsystemView(unittest.TestCase):
     def test_name_prefix_is_the_subsystem_of_the_target(self):
         for p in points.all_points():

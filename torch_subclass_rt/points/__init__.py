@@ -195,6 +195,55 @@ def change_of(point: PatchPoint) -> str:
     raise LookupError(f"{point.name}: declared by no change module")
 
 
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading (test/tools/test_docs.py)."""
+    import re
+
+    text = re.sub(r"`([^`]*)`", r"\1", heading).strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def change_table(fixes_md: str | None = None) -> str:
+    """The Markdown table of the changes in docs/design.md ("Layout"): for
+    each change module, what it is (its docstring's first line), its module,
+    the test files of its points' ``guarded_by``, its series commits, the
+    upstream fixes it carries and their section in docs/fixes.md (whose text
+    is ``fixes_md``; read from the source tree when not given).
+    test/points/test_point_layout.py checks that the doc has this table."""
+    import re
+    from pathlib import Path
+
+    if fixes_md is None:
+        path = Path(__file__).resolve().parents[2] / "docs" / "fixes.md"
+        fixes_md = path.read_text() if path.exists() else ""
+    headings = re.findall(r"^## (.+)$", fixes_md, re.M)
+    rows = [
+        "| change | module | tests | series | upstream | docs/fixes.md |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in CHANGES:
+        module = importlib.import_module(f"{__name__}.{name}")
+        what = (module.__doc__ or "").strip().splitlines()[0].rstrip(".")
+        pts = module.POINTS
+        tests = dict.fromkeys(t.partition("::")[0] for p in pts for t in p.guarded_by)
+        series = sorted({e.split()[0] for p in pts for e in p.series})
+        fixes = dict.fromkeys(p.upstream_fix.split(" (")[0] for p in pts if p.upstream_fix)
+        links = [
+            f"[{fix}](fixes.md#{_slug(h)})"
+            for fix in fixes
+            for h in headings
+            if h == fix or h.startswith(fix + ":")
+        ]
+        rows.append(
+            f"| {what} | `points/{name}.py` | "
+            + (", ".join(f"`{t}`" for t in tests) or "-")
+            + f" | {', '.join(series) or '-'} | {'; '.join(fixes) or '-'} | "
+            + (", ".join(links) or "-")
+            + " |"
+        )
+    return "\n".join(rows) + "\n"
+
+
 def install_order(points: list[PatchPoint]) -> list[PatchPoint]:
     """Note [Install order of stacked points]: upstream fixes last."""
     return sorted(points, key=lambda p: bool(p.upstream_fix))
