@@ -134,8 +134,9 @@ def select_units(
 ) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     """What to ablate: (point names left out together, tests they name).
 
-    No names and no groups: every point on its own. A group is a point
-    module ("library" selects every "library.*" point) or an opt-in group
+    No names and no groups: every point on its own. A group is a torch
+    subsystem, the first part of point names (``points.subsystem_of``:
+    "library" selects every "library.*" point) or an opt-in group
     ("dtensor": every point with ``group="dtensor"``), ablated as one unit
     whose tests are the union of its points' tests.
     """

@@ -103,7 +103,7 @@ def install(force: bool = False, dtensor: bool = False) -> Status:
     ``dtensor=True`` (opt-in; backport mode only changes anything) also gives
     DTensor torch 2.13's flatten, its ``device_mesh`` an inner attr: one
     compiled graph serves equal meshes and outputs carry the caller's mesh
-    (points/_dtensor.py). Off by default, so ``install()`` leaves DTensor as
+    (points/dtensor.py). Off by default, so ``install()`` leaves DTensor as
     torch has it. Torch >= 2.13 flattens DTensor this way itself.
 
     Idempotent. All-or-nothing: if any patch point fails to apply or the

@@ -30,6 +30,17 @@ def _status(args: argparse.Namespace) -> int:
     pts = select(known, st.torch_version, mode, groups={p.group for p in known if p.group})
     if pts:
         print(f"patch points for torch {st.torch_version} ({mode}; * = applied):")
+        if args.by_subsystem:
+            # the points by the torch subsystem of their target (points/ has
+            # one module per change; Note [One module per change])
+            from torch_subclass_rt.points import by_subsystem, change_of
+
+            for subsystem, in_subsystem in by_subsystem(pts).items():
+                print(f"{subsystem}:")
+                for p in in_subsystem:
+                    mark = "*" if p.name in st.points else " "
+                    print(f"  {mark} {p.name:55s} points/{change_of(p)}.py")
+            return 0
         for p in pts:
             mark = "*" if p.name in st.points else " "
             fix = f" [upstream {p.upstream_fix}]" if p.upstream_fix else ""
@@ -89,10 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
         "in the patch series (* marks the applied ones).",
         [("", "what would be applied (nothing is installed)"),
          ("--install", "install() first, then list what was applied"),
-         ("--install --force", "torch 2.13: our runtime in place of torch's")],
+         ("--install --force", "torch 2.13: our runtime in place of torch's"),
+         ("--by-subsystem", "the points grouped by the torch subsystem of their target")],
     )
     st.add_argument("--install", action="store_true", help="install() first")
     st.add_argument("--force", action="store_true", help="with --install: force=True")
+    st.add_argument("--by-subsystem", action="store_true",
+                    help="group the points by torch subsystem, each with the change module declaring it")
     _sub(
         sub, "selftest", "compile a subclass with an opaque attr and check it",
         "install(), then compile a function of a subclass holding an opaque mesh handle with "

@@ -22,7 +22,7 @@ class Mode(str, enum.Enum):
     #: torch >= 2.12 as shipped; install() patches nothing
     NATIVE = "native"
     #: a native release patched only with the later upstream fixes it lacks
-    #: (``points/_upstream_fixes.py``)
+    #: (the points with ``upstream_fix``; Note [Upstream fixes] in ``points/__init__.py``)
     NATIVE_FIXES = "native+fixes"
     #: torch 2.11: our runtime and the patch points give it the feature
     BACKPORT = "backport"

@@ -58,8 +58,9 @@ FORCED_VERSIONS: tuple[str, ...] = ("2.13.0",)
 #: first release with native opaque attrs in ``__tensor_flatten__`` (PR 176457).
 NATIVE_SINCE: tuple[int, int] = (2, 12)
 #: native releases that lack later upstream fixes to this feature; install()
-#: applies the fix points there (mode "native+fixes", points/_upstream_fixes.py). A
-#: native release not listed here has no known bug and stays "native".
+#: applies the fix points there (mode "native+fixes"; Note [Upstream fixes]
+#: in points/__init__.py). A native release not listed here has no known bug
+#: and stays "native".
 FIXES_VERSIONS: tuple[str, ...] = ("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1")
 
 
@@ -135,7 +136,7 @@ def _opaque_api(new: str, old: str) -> Any:
 def has_opaque_members() -> bool:
     """Whether this torch's opaque registration takes ``guard_fn`` and
     ``members`` (what Dynamo may read off an opaque): torch >= 2.11, and
-    torch 2.10 while ``install()`` is active (points/_opaque_members.py)."""
+    torch 2.10 while ``install()`` is active (points/opaque_members.py)."""
     return hasattr(_opaque_object_module(), "MemberType")
 
 
@@ -219,9 +220,9 @@ def is_opaque_attr(value: object, *, fake: bool | None = None) -> bool:
     (:func:`is_reference_opaque_type` of ``type(unwrap_fake_opaque(v))``).
 
     Not covered on purpose: "any FakeScriptObject" (TorchScript objects
-    included; Dynamo's op-output checks in ``points/dynamo.py``), and
+    included; Dynamo's op-output checks in ``points/dynamo_opaque_inputs.py``), and
     unwrapping a FakeScriptObject whose ``real_obj`` may be missing
-    (``points/_tracing.py``, ``points/_dtensor.py``).
+    (``points/tracing.py``, ``points/dtensor.py``).
     """
     if isinstance(value, torch.Tensor) or not is_opaque_object(value):
         return False

@@ -19,7 +19,7 @@ A test whose outcome differs is reported in one of three groups:
 *broken by install()* (passed stock, failed or errored with it), *fixed by
 install()* (failed or errored stock, passed with it: a torch bug outside
 the feature that ``install()`` carries the fix for on every graph, Note
-[Scope of the fixes outside the feature] in points/_upstream_fixes.py), and *changed
+[Scope of the fixes outside the feature] in points/lazy_log_and_donated_buffers.py), and *changed
 otherwise* (a skip, an xfail that passes, a test only one run collected).
 
 Exit status: 0 when every test has the same outcome in both runs or the

@@ -317,7 +317,7 @@ def _new_mesh(cfg: DemoConfig, name: str) -> Any:
 
 def _installs_device_mesh(mode: str) -> bool:
     """Whether a rank in this mode registers DeviceMesh via install()
-    (torch 2.10 and 2.11: points/_distributed_opaques.py)."""
+    (torch 2.10 and 2.11: points/distributed_opaques.py)."""
     from . import _torch_compat
 
     return mode in ("auto", Mode.BACKPORT) and _torch_compat.torch_version() in _torch_compat.BACKPORT_VERSIONS

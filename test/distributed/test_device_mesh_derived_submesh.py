@@ -160,7 +160,7 @@ class TestReconstructFnLookup(TestCase):
     cannot be a cache key."""
 
     def test_mesh_classes_have_one_and_others_none(self):
-        from torch_subclass_rt.points import _derived_submesh as derived_submesh
+        from torch_subclass_rt.points import derived_submesh
 
         class SubMesh(DeviceMesh):
             pass
@@ -171,7 +171,7 @@ class TestReconstructFnLookup(TestCase):
             self.assertIsNone(derived_submesh.reconstruct_fn(cls))
 
     def test_unhashable_class(self):
-        from torch_subclass_rt.points import _derived_submesh as derived_submesh
+        from torch_subclass_rt.points import derived_submesh
 
         class Meta(type):
             __hash__ = None

@@ -42,7 +42,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from torch_subclass_rt.points._opaque_reads import FIX
+from torch_subclass_rt.points.opaque_reads import FIX
 
 MODE = harness.current_mode()
 

@@ -40,7 +40,7 @@ class TestIsOpaqueAttr(TestCase):
 
     def test_points_share_the_predicate(self):
         # the edited torch sources import it from _dynamo_opaque by name
-        from torch_subclass_rt.points import _dynamo_opaque, dynamo
+        from torch_subclass_rt.points import _dynamo_opaque, dynamo_opaque_inputs as dynamo
 
         self.assertIs(_dynamo_opaque.is_opaque_attr, compat.is_opaque_attr)
         self.assertIs(dynamo.is_opaque_attr, compat.is_opaque_attr)

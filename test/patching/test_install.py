@@ -672,11 +672,11 @@ class TestRegistryTransaction(unittest.TestCase):
         self.assertUntouched()
 
     def test_misspelled_subsystem_is_an_error(self):
-        # all_points() once skipped a subsystem module that did not import
+        # all_points() once skipped a points module that did not import
         # ("not written yet"): a typo silently installed fewer points
         from torch_subclass_rt import points
 
-        with mock.patch.object(points, "SUBSYSTEMS", {**points.SUBSYSTEMS, "dynamoo": ()}):
+        with mock.patch.object(points, "CHANGES", (*points.CHANGES, "dynamoo")):
             with self.assertRaises(ModuleNotFoundError):
                 points.all_points()
 

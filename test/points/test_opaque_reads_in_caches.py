@@ -29,7 +29,7 @@ from torch._dynamo.utils import counters
 from torch.utils._pytree import tree_map_only
 
 import torch_subclass_rt as tsrt
-from torch_subclass_rt.points._opaque_reads import FIX
+from torch_subclass_rt.points.opaque_reads import FIX
 
 MODE = harness.current_mode()
 

@@ -19,7 +19,7 @@ import torch
 from torch._dynamo.test_case import TestCase
 
 from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
-from torch_subclass_rt.points import aot_autograd as aot_autograd_points
+from torch_subclass_rt.points import generated_wrappers
 from torch_subclass_rt.runtime import grad_codegen
 # torch's own function: with install() it builds the metadata through our
 # create_subclass_metadata (its module global), natively with torch's
@@ -166,7 +166,7 @@ class TestEpilogueDelegation(TestCase):
                 return tuple(out[:-1])  # stands in for dropping a backward token
             return ("torch", tuple(out))
 
-        self.epilogue = aot_autograd_points._build_backward_epilogue(original)
+        self.epilogue = generated_wrappers._build_backward_epilogue(original)
 
     def test_generated_after_torchs_flat_step(self):
         x = MeshTensor(torch.randn(3), MeshHandle())
@@ -177,7 +177,7 @@ class TestEpilogueDelegation(TestCase):
             self.assertIs(g._local, local)
             self.assertIs(g.mesh, x.mesh)
         self.assertEqual(self.calls, [(None, None), (None, None)])
-        self.assertIn(meta, aot_autograd_points._generated, "generated once, kept per metadata")
+        self.assertIn(meta, generated_wrappers._generated, "generated once, kept per metadata")
 
     def test_other_cases_go_to_torch_unchanged(self):
         x = MeshTensor(torch.randn(3), MeshHandle())

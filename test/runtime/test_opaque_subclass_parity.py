@@ -33,7 +33,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 from torch.utils._pytree import tree_leaves, tree_map_only
 
 import torch_subclass_rt as tsrt
-from torch_subclass_rt.points._opaque_reads import FIX as OPAQUE_READS_FIX
+from torch_subclass_rt.points.opaque_reads import FIX as OPAQUE_READS_FIX
 
 MODE = harness.current_mode()
 

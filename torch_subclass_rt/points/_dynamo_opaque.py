@@ -1,5 +1,5 @@
-"""Checks called from the edited torch sources in ``points/dynamo.py`` and
-``points/guards.py`` (torch 2.11 has no ``OpaqueBase`` match arms there).
+"""Checks called from the edited torch sources in ``points/dynamo_opaque_inputs.py`` and
+``points/guard_state_pickling.py`` (torch 2.11 has no ``OpaqueBase`` match arms there).
 
 The edited functions call them as ``__tsrt__.<name>`` (``_edit_api``).
 """
@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-# is_opaque_attr: imported by name by the edited sources (points/guards.py,
-# points/dynamo.py); the package's one predicate, re-exported here.
+# is_opaque_attr: imported by name by the edited sources (points/guard_state_pickling.py,
+# points/dynamo_opaque_inputs.py); the package's one predicate, re-exported here.
 from .._torch_compat import is_opaque_attr, is_reference_opaque_type, unwrap_fake_opaque
 from ..runtime import errors
 
@@ -20,7 +20,7 @@ def is_tensor_or_opaque(inner: Any) -> bool:
     return isinstance(inner, torch.Tensor) or is_opaque_attr(inner)
 
 
-def _check_tensor_flatten_attr(subclass: Any, attr: str, inner: Any) -> None:
+def check_tensor_flatten_attr(subclass: Any, attr: str, inner: Any) -> None:
     """torch 2.12's ``VariableBuilder.wrap_tensor`` validation of flatten attrs.
 
     Only tensors and reference-type opaques may be flatten attrs: a

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 from .._torch_compat import is_reference_opaque_type
 from ._dynamo_opaque import (
-    _check_tensor_flatten_attr,
+    check_tensor_flatten_attr as _check_tensor_flatten_attr,
     check_tensor_or_opaque,
     is_opaque_attr,
     is_tensor_or_opaque,
     same_object,
 )
-from ._fake_opaque_attrs import attach, describe_flatten_attrs, opaque_attrs_of
-from ._derived_submesh import is_opaque_node
-from ._distributed_opaques import treat_as_opaque
-from ._dtensor import flatten_ctx_ok
-from ._lazy_members import _check_members_exist as check_registered_members_exist
-from ._opaque_members import opaque_type_info, set_registered_members
-from ._torch_2_11_base import (
+from .fake_opaque_attrs import attach, describe_flatten_attrs, opaque_attrs_of
+from .derived_submesh import is_opaque_node
+from .distributed_opaques import treat_as_opaque
+from .dtensor import flatten_ctx_ok
+from .lazy_members import check_members_exist as check_registered_members_exist
+from .opaque_members import opaque_type_info, set_registered_members
+from .torch_2_11_base import (
     is_fake_opaque,
     record_saved_opaques,
     refuse_compiled_autograd_with_opaques,
@@ -49,7 +49,7 @@ __all__ = [
     "flatten_ctx_ok",
     # parametrize, distributed (FSDP sync): is_opaque_attr above, and
     "is_reference_opaque_type",
-    # _torch_2_11_base (torch 2.10): partitioners, graph_compile
+    # torch_2_11_base (torch 2.10): partitioners, graph_compile
     "is_fake_opaque",
     "record_saved_opaques",
     "refuse_compiled_autograd_with_opaques",

@@ -22,7 +22,7 @@ ONLY_FORCED = {"versions": FORCED, "modes": frozenset({Mode.FORCED})}
 #: ONLY_2_10: its source differs)
 ONLY_2_11 = {"versions": frozenset({"2.11.0"}), "modes": frozenset({Mode.BACKPORT})}
 #: the backport on torch 2.10 only: what torch 2.11 already has
-#: (points/_torch_2_11_base.py, points/_opaque_members.py), or 2.10's
+#: (points/torch_2_11_base.py, points/opaque_members.py), or 2.10's
 #: variant of an ONLY_2_11 point
 ONLY_2_10 = {"versions": frozenset({"2.10.0"}), "modes": frozenset({Mode.BACKPORT})}
 

@@ -1,4 +1,14 @@
-"""Proxy tracing of opaques (2.10 / 2.11): one object, one graph input.
+"""Proxy tracing of opaques: one real object, one graph input.
+
+Series patch 0001 (``proxy_tensor``, ``FakeScriptObject.__init__``), and
+``fx.wrap_key`` (torch 2.11 only, not yet in the series).
+
+Releases and modes: 2.10.0, 2.11.0 (backport).
+Series commits:
+    patches/v2.10.0/0001-aot_autograd-Opaque-reference-objects-as-inner-attrs.patch.
+Upstream: none (not an upstream fix).
+
+Proxy tracing of opaques (2.10 / 2.11): one object, one graph input.
 
 The code of the points ``fx.set_proxy_slot``, ``fx.get_proxy_slot``,
 ``fx.wrap_key`` and ``library.FakeScriptObject.__init__``.
@@ -20,6 +30,8 @@ import logging
 from typing import Any
 
 from .._torch_compat import is_registered_opaque_type
+from ..patching.registry import PatchPoint
+from ._versions import ONLY_2_11, ONLY_BACKPORT
 
 _NO_REAL_OBJ = object()
 #: tracer attribute holding id(real opaque) -> first proxy registered for it.
@@ -166,3 +178,60 @@ def _fake_script_object_init(original):
 
     __init__.__qualname__ = original.__qualname__
     return __init__
+
+
+POINTS = [
+    PatchPoint(
+        name="library.FakeScriptObject.__init__",
+        target="torch._library.fake_class_registry:FakeScriptObject.__init__",
+        build=_fake_script_object_init,
+        reason="keep the caller's opaque as real_obj (no deepcopy), as 2.12 does",
+        series=("0001 torch/_library/fake_class_registry.py::FakeScriptObject.__init__",),
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_shared_opaque_backward_cpu",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="fx.set_proxy_slot",
+        target="torch.fx.experimental.proxy_tensor:set_proxy_slot",
+        build=_wrap_set_proxy_slot,
+        reason="wrappers of one real opaque share one proxy (one graph input)",
+        series=(
+            "0001 torch/fx/experimental/proxy_tensor.py::set_proxy_slot",
+            "0001 torch/fx/experimental/proxy_tensor.py::_registered_opaque_real_obj",
+        ),
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_shared_opaque_backward_cpu",
+            "test/runtime/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU::test_tangent_primal_proxy_collision_for_opaque_inner_attr_cpu",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="fx.get_proxy_slot",
+        target="torch.fx.experimental.proxy_tensor:get_proxy_slot",
+        build=_wrap_get_proxy_slot,
+        reason="find the proxy of a fresh wrapper of an already-traced opaque",
+        series=(
+            "0001 torch/fx/experimental/proxy_tensor.py::get_proxy_slot",
+            "0001 torch/fx/experimental/proxy_tensor.py::_registered_opaque_real_obj",
+        ),
+        rebinds=("torch._higher_order_ops.executorch_call_delegate", "torch.export._trace"),
+        guarded_by=(
+            "test/points/test_point_guards.py::TestPointGuards::test_dispatch_attached_handle_is_the_handle",
+            "test/runtime/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU::test_tangent_primal_proxy_collision_for_opaque_inner_attr_cpu",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="fx.wrap_key",
+        target="torch.fx.experimental.proxy_tensor:wrap_key",
+        build=_wrap_wrap_key,
+        reason="a traced function's real opaque output is its graph input, not a constant (2.13)",
+        series_none="not yet ported into patches/v2.11.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)",
+        guarded_by=(
+            "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_aot_over_dynamo_mesh_output_cpu",
+        ),
+        **ONLY_2_11,
+    ),
+]

@@ -1,11 +1,35 @@
-"""Fake/meta tensors: fakeify a subclass whose flatten attrs include opaques.
+"""Fakeify and guard subclasses with opaque attrs.
 
+Series patch 0002 ("Fakeify and guard subclasses with opaque attrs").
 torch 2.11 assumes every ``__tensor_flatten__`` attr is a tensor when it
 describes a real subclass (``MetaTensorDescriber.describe_tensor``), rebuilds
-it as a fake one (``MetaConverter.meta_tensor``) and asks whether a subclass
-is fake / which fake mode it belongs to (``is_fake``, ``maybe_get_fake_mode``).
-torch 2.12 (PR 176457) skips opaque attrs in all four and passes the real
-opaque object through to ``__tensor_unflatten__``; these points port that.
+it as a fake one (``MetaConverter.meta_tensor``), asks whether a subclass
+is fake / which fake mode it belongs to (``is_fake``, ``maybe_get_fake_mode``)
+and guards its inner sizes (``ShapeEnv.produce_guards_verbose``: opaque
+attrs have no sizes and no symbolic context, so 2.11's lookup raised
+``KeyError``). torch 2.12 (PR 176457) skips opaque attrs in all of them and
+passes the real opaque object through to ``__tensor_unflatten__``; these
+points port that.
+
+Releases and modes: 2.10.0, 2.11.0 (backport).
+Series commits:
+    patches/v2.10.0/0002-fake_tensor-Fakeify-and-guard-subclasses-with-opaque.patch.
+Upstream: none (not an upstream fix).
+
+Opaque attrs of a subclass, carried from ``describe_tensor`` to ``meta_tensor``.
+
+torch 2.12 added a field ``MetaTensorDesc.opaque_attrs``. Adding a field to
+2.11's frozen dataclass from outside would mean rebuilding the class (every
+``isinstance`` and annotation in torch refers to the old one), so instead the
+edited ``describe_tensor`` stores the opaques in the *instance* ``__dict__`` of
+the desc it built (``object.__setattr__`` bypasses the frozen check; the
+dataclass fields, ``__eq__``, ``as_json`` and ``dataclasses.replace`` never see
+it), and the edited ``meta_tensor`` reads them back. A desc carries its own
+opaques, so nothing is shared between threads and nothing outlives the desc.
+
+``describe_flatten_attrs``, ``attach`` and ``opaque_attrs_of`` are called
+from the edited torch sources of the builds below as ``__tsrt__.<name>``
+(``_edit_api``).
 """
 
 from __future__ import annotations
@@ -15,11 +39,49 @@ from typing import Any, Optional
 from torch import Tensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from .._torch_compat import is_opaque_attr
+from .._torch_compat import is_opaque_attr, unwrap_fake_opaque
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
+from ..runtime import errors
 from ._versions import ONLY_BACKPORT, per_release
 
+#: instance attribute on a MetaTensorDesc (private: not a dataclass field)
+_SLOT = "_tsrt_opaque_attrs"
+
+
+def describe_flatten_attrs(
+    describer: Any, t: Any, raw_attrs: list[str], trace: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(tensor attr -> MetaTensorDesc, opaque attr -> real opaque object).
+
+    Mirrors torch 2.12's ``describe_tensor``: tensors are described
+    recursively, opaques are kept as the real object (a FakeScriptObject is
+    unwrapped, so re-fakeifying a fake subclass keeps the identity of the
+    object), anything else is the runtime's TypeError naming the attr.
+    """
+    import torch
+
+    attrs: dict[str, Any] = {}
+    opaques: dict[str, Any] = {}
+    for attr in raw_attrs:
+        inner = getattr(t, attr)
+        if isinstance(inner, torch.Tensor):
+            attrs[attr] = describer.describe_tensor(inner, trace=trace)
+        elif is_opaque_attr(inner):
+            opaques[attr] = unwrap_fake_opaque(inner)
+        else:
+            raise errors.unregistered_object_in_tensor_attrs_error(t, attr, inner)
+    return attrs, opaques
+
+
+def attach(desc: Any, opaques: dict[str, Any]) -> None:
+    if opaques:
+        object.__setattr__(desc, _SLOT, opaques)
+
+
+def opaque_attrs_of(desc: Any) -> dict[str, Any]:
+    """The opaque attrs ``describe_tensor`` recorded on ``desc`` (may be empty)."""
+    return desc.__dict__.get(_SLOT) or {}
 
 
 def _tensor_attrs(x: Any) -> list[Tensor] | None:
@@ -92,7 +154,7 @@ def _build_describe_tensor(original):
     (torch 2.11.0) with three edits. Differs from 2.11, as 2.12: only tensor
     attrs are described; opaque attrs are kept aside (2.12:
     ``MetaTensorDesc.opaque_attrs``; here on the desc instance, see
-    ``_fake_opaque_attrs`` for why not a dataclass field); any other attr is
+    the module docstring for why not a dataclass field); any other attr is
     the runtime's TypeError. Note [install() is transparent without
     opaques]: identical (torch's own source; without opaques
     describe_flatten_attrs describes every attr as 2.11 did and nothing is
@@ -179,6 +241,35 @@ _IS_FAKE_IMPORTERS = (
     "torch.testing._internal.subclasses",
 )
 
+
+def _build_produce_guards_verbose(original):
+    """``torch.fx.experimental.symbolic_shapes.ShapeEnv.produce_guards_verbose``
+    (torch 2.11.0) with one edit. Differs from 2.11, as 2.12: opaque attrs of
+    a subclass input are skipped when guarding inner sizes and strides (they
+    have neither, nor a symbolic context). Note [install() is transparent
+    without opaques]: identical (torch's own source; without opaques no attr
+    is skipped)."""
+    return edited_function(
+        original,
+        [
+            Edit(
+                """
+                for attr in attrs:
+                    inner_t = getattr(t, attr)
+                    inner_context = context.inner_contexts[attr]
+                """,
+                """
+                for attr in attrs:
+                    inner_t = getattr(t, attr)
+                    if __tsrt__.is_opaque_attr(inner_t):
+                        continue  # no sizes/strides to guard (torch 2.12)
+                    inner_context = context.inner_contexts[attr]
+                """,
+            ),
+        ],
+    )
+
+
 POINTS = [
     *per_release(
         name="fake_tensors.is_fake",
@@ -210,7 +301,7 @@ POINTS = [
         name="fake_tensors.MetaTensorDescriber.describe_tensor",
         target="torch._subclasses.meta_utils:MetaTensorDescriber.describe_tensor",
         # the series adds MetaTensorDesc.opaque_attrs; we keep them on the
-        # desc instance (points/_fake_opaque_attrs.py says why)
+        # desc instance (points/py says why)
         series=(
             "0002 torch/_subclasses/meta_utils.py::MetaTensorDescriber.describe_tensor",
             "0002 torch/_subclasses/meta_utils.py::MetaTensorDesc",
@@ -228,6 +319,17 @@ POINTS = [
         series=("0002 torch/_subclasses/meta_utils.py::MetaConverter.meta_tensor",),
         build=_build_meta_tensor,
         reason="pass opaque attrs to __tensor_unflatten__; view replay of tensor attrs only",
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="fx.ShapeEnv.produce_guards_verbose",
+        target="torch.fx.experimental.symbolic_shapes:ShapeEnv.produce_guards_verbose",
+        build=_build_produce_guards_verbose,
+        reason="KeyError on context.inner_contexts[attr] for an opaque attr",
+        series=("0002 torch/fx/experimental/symbolic_shapes.py::ShapeEnv.produce_guards_verbose",),
         guarded_by=(
             "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
         ),

@@ -1,4 +1,14 @@
-"""Opt-in (``install(dtensor=True)``): DTensor's mesh as an opaque inner attr.
+"""DTensor flattens with its device mesh as an opaque inner attr (opt-in group "dtensor").
+
+Series patch 0014 ("[distributed][dynamo] DTensor flattens with device_mesh
+..."), only with ``install(dtensor=True)``.
+
+Releases and modes: 2.11.0 (backport).
+Series commits:
+    patches/v2.11.0/0014-distributed-dynamo-DTensor-flattens-with-device_mesh.patch.
+Upstream: none (not an upstream fix).
+
+Opt-in (``install(dtensor=True)``): DTensor's mesh as an opaque inner attr.
 
 torch 2.13's ``DTensor.__tensor_flatten__`` lists ``device_mesh`` among its
 inner attrs (``["_local_tensor", "device_mesh"]``) and keeps only
@@ -13,10 +23,10 @@ The points ``distributed.DTensor.__tensor_flatten__``,
 2.11's DTensor the same flatten. They are a group of
 their own, applied only by ``install(dtensor=True)``: without them,
 ``install()`` leaves DTensor exactly as torch 2.11 has it. They need the
-DeviceMesh registration of ``points/_distributed_opaques.py`` and what plain
+DeviceMesh registration of ``points/distributed_opaques.py`` and what plain
 ``install()`` gives every fake of a mesh there (``isinstance``, equality
 and hashing as on 2.13, a mesh input handed to ``DTensor.from_local``); one further
-piece lives in ``points/dynamo.py`` because its target is already edited
+piece lives in ``points/dynamo_opaque_inputs.py`` because its target is already edited
 there: ``dynamo.VariableBuilder.wrap_tensor``'s DTensor branch accepts this
 flatten's context (:func:`flatten_ctx_ok`).
 
@@ -40,12 +50,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..patching.registry import PatchPoint
+from ._versions import ONLY_2_11
+
 
 #: the point group install(dtensor=True) adds
 GROUP = "dtensor"
-
-_GUARD = "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::"
-
 
 def _tensor_flatten(self):
     """Replaces ``DTensor.__tensor_flatten__`` (torch 2.11.0) with torch
@@ -120,9 +130,9 @@ def flatten_ctx_ok(value: Any, ctx: Any) -> bool:
 
 
 def _unwrap_fake_mesh(obj: Any) -> Any:
-    from ._distributed_opaques import _unwrap_fake
+    from .distributed_opaques import unwrap_fake
 
-    return _unwrap_fake(obj)
+    return unwrap_fake(obj)
 
 
 def _own_mesh_arg(tensor_vt: Any, mesh_vt: Any) -> bool:
@@ -155,3 +165,59 @@ def _build_method_redistribute(original):
         return original(self, tx, *args, **kwargs)
 
     return method_redistribute
+
+
+POINTS = [
+    PatchPoint(
+        name="dynamo.TensorVariable.method_redistribute",
+        target="torch._dynamo.variables.tensor:TensorVariable.method_redistribute",
+        build=_build_method_redistribute,
+        reason="redistribute(x.device_mesh, ...) in compiled code: the opaque mesh input is the tensor's own",
+        series=(
+            "0014 torch/_dynamo/variables/tensor.py::TensorVariable.method_redistribute",
+            "0014 torch/_dynamo/variables/tensor.py::TensorVariable._is_own_opaque_mesh",
+        ),
+        group=GROUP,
+        guarded_by=(
+            "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_redistribute_own_mesh_aot_eager_cpu",
+            "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_redistribute_own_mesh_inductor_cpu",
+        ),
+        **ONLY_2_11,
+    ),
+    PatchPoint(
+        name="distributed.DTensor.__tensor_flatten__",
+        target="torch.distributed.tensor._api:DTensor.__tensor_flatten__",
+        series=("0014 torch/distributed/tensor/_api.py::DTensor.__tensor_flatten__",),
+        build=lambda _original: _tensor_flatten,
+        reason="DTensor's mesh is an inner attr (an opaque graph input), as in torch 2.13",
+        group=GROUP,
+        guarded_by=(
+            "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_equal_meshes_one_compile_cpu",
+        ),
+        **ONLY_2_11,
+    ),
+    PatchPoint(
+        name="distributed.DTensor.__tensor_unflatten__",
+        target="torch.distributed.tensor._api:DTensor.__tensor_unflatten__",
+        series=("0014 torch/distributed/tensor/_api.py::DTensor.__tensor_unflatten__",),
+        build=lambda _original: staticmethod(_tensor_unflatten),
+        reason="DTensor's spec is rebuilt around the mesh passed at run time, as in torch 2.13",
+        group=GROUP,
+        guarded_by=(
+            "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_dtensor_input_fwd_bwd_aot_eager_cpu",
+        ),
+        **ONLY_2_11,
+    ),
+    PatchPoint(
+        name="distributed.DTensor.__coerce_same_metadata_as_tangent__",
+        target="torch.distributed.tensor._api:DTensor.__coerce_same_metadata_as_tangent__",
+        series=("0014 torch/distributed/tensor/_api.py::DTensor.__coerce_same_metadata_as_tangent__",),
+        build=lambda _original: _coerce_same_metadata_as_tangent,
+        reason="a tangent's placements are read from the new flatten context",
+        group=GROUP,
+        guarded_by=(
+            "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_dtensor_input_fwd_bwd_aot_eager_cpu",
+        ),
+        **ONLY_2_11,
+    ),
+]

@@ -1,6 +1,6 @@
-"""Inductor with opaque graph inputs (torch 2.10 / 2.11).
+"""Opaque graph inputs in Inductor's FX-graph cache key and benchmark harness.
 
-The FX-graph cache key:
+Series patch 0005 ("Opaque graph inputs in the FX graph cache key").
 
 A reference opaque in a subclass's flatten attrs reaches Inductor as a
 ``FakeScriptObject`` graph input. 2.11's cache-key pickler pickles its real
@@ -14,8 +14,10 @@ values, USE_REAL members) is baked into the graph, whose code is part of the
 key already. So the key names the opaque's type, as AOTAutogradCache does for
 opaques in 2.12+.
 
-On torch 2.10 only, ``GraphLowering.output`` takes an opaque graph output, as
-2.11 does (code in ``_torch_2_11_base``).
+Releases and modes: 2.10.0, 2.11.0 (backport).
+Series commits:
+    patches/v2.10.0/0005-inductor-Opaque-graph-inputs-in-the-FX-graph-cache-k.patch.
+Upstream: none (not an upstream fix).
 """
 
 from __future__ import annotations
@@ -26,8 +28,7 @@ import pickle
 from .._torch_compat import is_reference_opaque_type
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._versions import ONLY_2_10, ONLY_2_11, ONLY_BACKPORT, upstream_fix
-from . import _opaque_reads, _torch_2_11_base
+from ._versions import ONLY_2_10, ONLY_2_11, ONLY_BACKPORT
 
 
 def _build(original):
@@ -111,17 +112,6 @@ def _build_benchmark_compiled_module(original):
 
 POINTS = [
     PatchPoint(
-        name="inductor.GraphLowering.output",
-        target="torch._inductor.graph:GraphLowering.output",
-        build=_torch_2_11_base._build_graph_lowering_output,
-        reason="Inductor asserted that no graph output is an opaque",
-        series=(
-            "0000 torch/_inductor/graph.py::GraphLowering.output",
-        ),
-        guarded_by=(_torch_2_11_base._INDUCTOR_TEST,),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
         name="inductor.FxGraphCachePickler._reduce_fake_script_object",
         target="torch._inductor.codecache:FxGraphCachePickler._reduce_fake_script_object",
         build=_build,
@@ -163,16 +153,5 @@ POINTS = [
             "::test_benchmark_harness_no_pickle_for_opaque_inputs_cpu",
         ),
         **ONLY_BACKPORT,
-    ),
-    PatchPoint(
-        name="inductor.GuardedCache.iterate_over_candidates.opaque_reads",
-        target="torch._inductor.codecache:GuardedCache.iterate_over_candidates",
-        build=_opaque_reads._build_iterate_over_candidates,
-        reason="an AOTAutogradCache entry whose recorded opaque member reads differ on "
-        "this call's objects was a hit",
-        upstream_fix=_opaque_reads.FIX,
-        series_none=_opaque_reads.SERIES_NONE,
-        guarded_by=_opaque_reads.IN_PROCESS_TESTS,
-        **upstream_fix(*_opaque_reads.BROKEN_ON),
     ),
 ]

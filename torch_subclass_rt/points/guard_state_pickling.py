@@ -1,14 +1,19 @@
-"""Dynamo's guards (``torch._dynamo.guards``) on opaques: the guard-state
-pickler (caching compiled guards) and 2.11's ``guard_fn`` guard for torch
-2.10 (``GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH``).
+"""Dynamo's guard-state pickling of a subclass with an opaque inner attr.
+
+Series patch 0008 ("Guard-state pickling and returned value-opaque ...";
+its ``PyCodegen.__call__`` share is ``dynamo_opaque_inputs``).
+
+Releases and modes: 2.10.0, 2.11.0 (backport).
+Series commits:
+    patches/v2.10.0/0008-dynamo-Guard-state-pickling-and-returned-value-opaqu.patch.
+Upstream: none (not an upstream fix).
 """
 
 from __future__ import annotations
 
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._versions import ONLY_2_10, ONLY_BACKPORT
-from . import _opaque_members
+from ._versions import ONLY_BACKPORT
 
 
 def _build_guards_state_reducer_override(original):
@@ -45,16 +50,6 @@ def _build_guards_state_reducer_override(original):
 
 
 POINTS = [
-    PatchPoint(
-        name="guards.GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH",
-        target="torch._dynamo.guards:GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH",
-        build=lambda _original: _opaque_members.OPAQUE_OBJ_GUARD_FN_MATCH,
-        new_attribute=True,
-        reason="guard a reference opaque on its guard_fn values (torch 2.11)",
-        series=("0000 torch/_dynamo/guards.py::GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH",),
-        guarded_by=(f"{_opaque_members._MEMBERS_TEST}::test_other_dim_names_recompile_cpu",),
-        **ONLY_2_10,
-    ),
     PatchPoint(
         name="guards.GuardsStatePickler.reducer_override",
         target="torch._dynamo.guards:GuardsStatePickler.reducer_override",

@@ -1,4 +1,15 @@
-"""AOTAutograd functionalization helpers (``functional_utils``) on 2.10 / 2.11.
+"""AOTAutograd's functionalization helpers skip opaque inner attrs.
+
+Series patch 0001 (``functional_utils``) and patch 0007 ("Skip opaque inner
+attrs when reading mutations": ``sc_visit``).
+
+Releases and modes: 2.10.0, 2.11.0 (backport).
+Series commits:
+    patches/v2.10.0/0001-aot_autograd-Opaque-reference-objects-as-inner-attrs.patch,
+    patches/v2.10.0/0007-aot_autograd-Skip-opaque-inner-attrs-when-reading-mu.patch.
+Upstream: none (not an upstream fix).
+
+AOTAutograd functionalization helpers (``functional_utils``) on 2.10 / 2.11.
 
 The code of the points ``aot_autograd.sc_visit``, ``aot_autograd.is_fun``,
 ``aot_autograd.sync_functional_tensor`` and
@@ -30,6 +41,8 @@ from torch import Tensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .._torch_compat import is_opaque_attr
+from ..patching.registry import PatchPoint
+from ._versions import ONLY_BACKPORT
 
 
 def _answer_for_opaques(neutral: Any):
@@ -135,3 +148,68 @@ def sc_visit(t: Any, fn: Any, reduce_fn: Any, accum_init: Any) -> Any:
 
     visit(t)
     return accum
+
+
+POINTS = [
+    PatchPoint(
+        name="aot_autograd.sc_visit",
+        target="torch._functorch._aot_autograd.graph_capture_wrappers:sc_visit",
+        build=lambda _original: sc_visit,
+        reason="mutation counters of a mutated subclass input read .elem of an opaque",
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
+            "::test_inplace_mutation_of_subclass_input_with_grad_cpu",
+        ),
+        series=("0007 torch/_functorch/_aot_autograd/graph_capture_wrappers.py::sc_visit",),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="aot_autograd.is_fun",
+        target="torch._functorch._aot_autograd.functional_utils:is_fun",
+        build=_build_is_fun,
+        reason="'mixed functional/non-functional inner tensors' on opaque attrs",
+        rebinds=(
+            "torch._functorch.aot_autograd",
+            "torch._functorch._aot_autograd.graph_capture_wrappers",
+        ),
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+        ),
+        series=("0001 torch/_functorch/_aot_autograd/functional_utils.py::is_fun",),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="aot_autograd.sync_functional_tensor",
+        target="torch._functorch._aot_autograd.functional_utils:sync_functional_tensor",
+        build=_answer_for_opaques(None),
+        reason="torch._sync() rejects an opaque (joint graph inner_fn)",
+        rebinds=(
+            "torch._functorch.aot_autograd",
+            "torch._functorch._aot_autograd.graph_capture_wrappers",
+        ),
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::"
+            "test_tensor_subclass_with_opaque_attr_backward_cpu",
+        ),
+        series=("0001 torch/_functorch/_aot_autograd/functional_utils.py::sync_functional_tensor",),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="aot_autograd.are_all_mutations_under_no_grad_or_inference_mode",
+        target="torch._functorch._aot_autograd.functional_utils"
+        ":are_all_mutations_under_no_grad_or_inference_mode",
+        build=_answer_for_opaques(True),
+        reason="2.11 asserts a FunctionalTensor (input mutated under no_grad)",
+        rebinds=(
+            "torch._functorch.aot_autograd",
+            "torch._functorch._aot_autograd.collect_metadata_analysis",
+            "torch._functorch._aot_autograd.graph_capture_wrappers",
+        ),
+        guarded_by=("test/points/test_point_guards.py::TestPointGuards::test_input_mutation_under_no_grad",),
+        series=(
+            "0001 torch/_functorch/_aot_autograd/functional_utils.py"
+            "::are_all_mutations_under_no_grad_or_inference_mode",
+        ),
+        **ONLY_BACKPORT,
+    ),
+]

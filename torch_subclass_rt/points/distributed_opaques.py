@@ -1,4 +1,18 @@
-"""``DeviceMesh`` and ``ProcessGroup`` as reference opaques on torch 2.10 / 2.11.
+"""DeviceMesh and ProcessGroup as reference opaques.
+
+Series patch 0012 ("[distributed][dynamo] DeviceMesh and ProcessGroup as
+reference opaques"), and the fake's identity (``__eq__``: 0014;
+``__hash__``, ``__deepcopy__``: not yet in the series).
+
+Releases and modes: 2.10.0, 2.11.0 (backport); 2.10.0, 2.11.0, 2.13.0
+    (backport, forced).
+Series commits:
+    patches/v2.10.0/0000-aot_autograd-dynamo-inductor-Opaque-objects-saved-fo.patch,
+    patches/v2.10.0/0012-distributed-dynamo-DeviceMesh-and-ProcessGroup-as-re.patch,
+    patches/v2.11.0/0014-distributed-dynamo-DTensor-flattens-with-device_mesh.patch.
+Upstream: none (not an upstream fix).
+
+``DeviceMesh`` and ``ProcessGroup`` as reference opaques on torch 2.10 / 2.11.
 
 From torch 2.12, ``torch.distributed`` registers both as reference-type
 opaques (``_register_distributed_opaque_types`` in
@@ -25,7 +39,7 @@ The points:
   registry, as 2.13 does, so a mesh counts as an opaque object (and its
   ``FakeScriptObject`` too) wherever an opaque is recognised.
 * ``VariableBuilder._wrap``: a mesh / process group that is an inner attr of
-  a subclass input (marked by the ``wrap_tensor`` edit in ``dynamo.py``) is
+  a subclass input (marked by the ``wrap_tensor`` edit in ``dynamo_opaque_inputs.py``) is
   wrapped as an opaque graph input (2.13's path) instead of 2.11's
   ``DeviceMeshVariable`` (a constant: ``x.mesh`` handed to a custom op
   graph-breaks, it has no proxy) / ``ProcessGroupVariable`` (``ID_MATCH``:
@@ -38,7 +52,7 @@ The points:
   instead of the generic "Tried to call __getattr__ ... on a FakeScriptObject".
 
 A submesh *derived* in traced code from a mesh input (2.13's
-``reconstruct_fn``) is ``_derived_submesh.py``.
+``reconstruct_fn``) is ``derived_submesh.py``.
 
 torch 2.10 takes the same points (its registry, ``_wrap`` and
 ``FakeScriptObject`` read alike) once ``opaque_members.py`` has given it
@@ -55,7 +69,9 @@ from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 from .. import _torch_compat
+from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
+from ._versions import ONLY_BACKPORT, per_release, RUNTIME
 
 
 # Note [Distributed opaque members]
@@ -156,7 +172,7 @@ def _member_type() -> Any:
 
     member_type = getattr(opaque_object, "MemberType", None)
     if member_type is None:
-        from ._opaque_members import MemberType as member_type
+        from .opaque_members import MemberType as member_type
     return member_type
 
 
@@ -212,7 +228,7 @@ def _type_infos() -> dict[type, Any]:
     import torch
     from torch._library.opaque_object import _OpaqueTypeInfo
 
-    from ._opaque_members import opaque_type_info
+    from .opaque_members import opaque_type_info
 
     infos = {}
     for cls, (members, guard_fn) in distributed_opaque_classes().items():
@@ -431,7 +447,7 @@ def _build_getattribute(original):
     return _fake_getattribute
 
 
-def _unwrap_fake(obj: Any) -> Any:
+def unwrap_fake(obj: Any) -> Any:
     from torch._library.fake_class_registry import FakeScriptObject
 
     if isinstance(obj, FakeScriptObject):
@@ -456,7 +472,7 @@ def _fake_eq(self, other):
 
     if self is other:
         return True
-    real, other_real = _unwrap_fake(self), _unwrap_fake(other)
+    real, other_real = unwrap_fake(self), unwrap_fake(other)
     if isinstance(real, FakeScriptObject) or isinstance(other_real, FakeScriptObject):
         return False
     return real == other_real
@@ -633,3 +649,167 @@ def _is_from_local(fn: Any) -> bool:
 _NOT_YET_IN_SERIES = (
     "not yet ported into patches/v2.1x.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)"
 )
+
+
+POINTS = [
+    PatchPoint(
+        name="library._OPAQUE_TYPES",
+        target="torch._library.opaque_object:_OPAQUE_TYPES",
+        # the series registers both classes when torch.distributed.tensor is
+        # imported, past register_opaque_type's metaclass check
+        series=(
+            "0012 torch/distributed/device_mesh.py::_register_distributed_opaque_types",
+            "0012 torch/distributed/device_mesh.py::_distributed_opaque_types_registered",
+            "0012 torch/distributed/device_mesh.py::_DEVICE_MESH_MEMBERS",
+            "0012 torch/distributed/device_mesh.py::_PROCESS_GROUP_MEMBERS",
+            "0012 torch/distributed/device_mesh.py::_device_mesh_guard_fn",
+            "0012 torch/distributed/tensor/_api.py::<module>",
+            "0012 torch/_library/opaque_object.py::_register_opaque_type_info",
+            "0012 torch/_library/opaque_object.py::register_opaque_type",
+        ),
+        build=_build_opaque_types,
+        reason="register DeviceMesh / ProcessGroup as reference opaques (2.13's members and guard)",
+        # infer_schema maps an annotation to its opaque type name through it
+        rebinds=("torch._library.infer_schema",),
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="library._OPAQUE_TYPES_BY_NAME",
+        target="torch._library.opaque_object:_OPAQUE_TYPES_BY_NAME",
+        series=("0012 torch/_library/opaque_object.py::_register_opaque_type_info",),
+        build=_build_opaque_types_by_name,
+        reason="the same registration, looked up by type name (custom-op schemas, Dynamo)",
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_registered_by_type_and_by_name_cpu",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    *per_release(
+        name="library.OpaqueBaseMeta.__instancecheck__",
+        series=("0012 torch/_opaque_base.py::OpaqueBaseMeta.__instancecheck__",),
+        build=_build_instancecheck,
+        reason="isinstance(x, OpaqueBase) asks the registry (2.13), so a DeviceMesh is an opaque object",
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
+        ),
+        v2_11=dict(target="torch._opaque_base:OpaqueBaseMeta.__instancecheck__"),
+        # 2.10 has no torch._opaque_base (the series' patch 0000 adds it):
+        # the same rule on the package's own OpaqueBase
+        v2_10=dict(target="torch_subclass_rt._opaque_base:OpaqueBaseMeta.__instancecheck__"),
+    ),
+    PatchPoint(
+        name="library.FakeScriptObject.__getattribute__",
+        target="torch._library.fake_class_registry:FakeScriptObject.__getattribute__",
+        series=(
+            "0012 torch/_library/fake_class_registry.py::FakeScriptObject.__getattribute__",
+            "0012 torch/_library/opaque_object.py::unregistered_opaque_member_error",
+        ),
+        build=_build_getattribute,
+        reason="an unregistered member read while tracing names the type, member and members={...}",
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_user_opaque_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_isinstance_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_as_collective_group_cpu",
+        ),
+        **RUNTIME,
+    ),
+    # fakes of one object compare equal and hash alike (torch 2.13)
+    PatchPoint(
+        name="library.FakeScriptObject.__eq__",
+        target="torch._library.fake_class_registry:FakeScriptObject.__eq__",
+        build=lambda _original: _fake_eq,
+        reason="fakes of one object compare equal and hash alike (torch 2.13)",
+        new_attribute=True,
+        series=(
+            "0014 torch/_library/fake_class_registry.py::FakeScriptObject.__eq__",
+            "0014 torch/_library/fake_class_registry.py::maybe_unwrap_fake_script_object",
+        ),
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_equal_cpu",
+            "test/distributed/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    # __hash__: torch 2.11's class has object's (not its own attribute)
+    PatchPoint(
+        name="library.FakeScriptObject.__hash__",
+        target="torch._library.fake_class_registry:FakeScriptObject.__hash__",
+        build=lambda _original: _fake_hash,
+        reason="fakes of one object compare equal and hash alike (torch 2.13)",
+        new_attribute=True,
+        # the series' 0014 hashes by identity: this point's hash is not ported yet
+        series_none=_NOT_YET_IN_SERIES,
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_equal_cpu",
+            "test/distributed/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="library.FakeScriptObject.__deepcopy__",
+        target="torch._library.fake_class_registry:FakeScriptObject.__deepcopy__",
+        build=lambda _original: _fake_deepcopy,
+        reason="a deep copy of a fake re-reads its members off a copy of its object (torch 2.13)",
+        new_attribute=True,
+        series_none=_NOT_YET_IN_SERIES,
+        guarded_by=("test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_deepcopy_cpu",),
+        **ONLY_BACKPORT,
+    ),
+    *per_release(
+        name="dynamo.VariableBuilder._wrap",
+        target="torch._dynamo.variables.builder:VariableBuilder._wrap",
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_mesh_attr_into_custom_op_is_runtime_mesh_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
+        ),
+        # the flag it reads is set by dynamo.VariableBuilder.wrap_tensor
+        v2_11=dict(
+            build=_build_wrap,
+            reason="a mesh / process group inner attr is an opaque graph input, not a DeviceMeshVariable constant",
+            series=(
+                "0012 torch/_dynamo/variables/builder.py::VariableBuilder._wrap",
+                "0012 torch/_dynamo/variables/builder.py::VariableBuilder._is_opaque_inner_attr",
+                "0012 torch/_dynamo/variables/builder.py::VariableBuilder.__init__",
+            ),
+        ),
+        v2_10=dict(
+            build=_build_wrap_2_10,
+            reason="2.11's edits, and a reference opaque input guarded on its guard_fn (torch 2.11)",
+            series=(
+                "0000 torch/_dynamo/variables/builder.py::VariableBuilder._wrap",
+                "0012 torch/_dynamo/variables/builder.py::VariableBuilder._wrap",
+                "0012 torch/_dynamo/variables/builder.py::VariableBuilder._is_opaque_inner_attr",
+                "0012 torch/_dynamo/variables/builder.py::VariableBuilder.__init__",
+            ),
+        ),
+    ),
+    PatchPoint(
+        name="dynamo.TorchInGraphFunctionVariable.call_function",
+        target="torch._dynamo.variables.torch:TorchInGraphFunctionVariable.call_function",
+        build=_build_torch_call_function,
+        reason="DTensor.from_local(x, mesh) with an opaque mesh input: the mesh is a graph input",
+        series_none=_NOT_YET_IN_SERIES,
+        guarded_by=(
+            "test/distributed/test_dtensor_scenarios.py::test_scenario[from_local_to_local-aot_eager]",
+            "test/distributed/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="utils.weak._WeakHashRef",
+        target="torch.utils.weak:_WeakHashRef",
+        # its one user: the proxy tracer's script_object_tracker
+        rebinds=("torch.fx.experimental.proxy_tensor",),
+        build=_build_weak_hash_ref,
+        reason="the proxy tracer keeps fakes by identity now that they hash as their object",
+        series_none=_NOT_YET_IN_SERIES,
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_tracked_apart_cpu",
+        ),
+        **ONLY_BACKPORT,
+    ),
+]

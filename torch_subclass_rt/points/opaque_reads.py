@@ -1,4 +1,16 @@
-"""A compiled graph that read an opaque's members while tracing is reused
+"""Torch bug: opaque member reads in the AOTAutograd cache.
+
+A torch bug with no upstream issue yet (patches/upstream/ISSUES.md, our
+patches/upstream/0003), fixed on the native releases (native+fixes,
+forced).
+
+Releases and modes: 2.12.0, 2.12.1, 2.13.0, 2.14.0, 2.14.1 (forced,
+    native+fixes).
+Series commits: none.
+Upstream: torch bug: opaque reads in the AOTAutograd cache (no upstream
+    issue yet; patches/upstream/ISSUES.md).
+
+A compiled graph that read an opaque's members while tracing is reused
 only where those reads give the same values (a torch bug of 2.12.0 to
 2.14.1 that ``install()`` fixes; no upstream issue yet:
 patches/upstream/ISSUES.md, "AOTAutogradCache reuses a graph whose opaque
@@ -51,6 +63,8 @@ import types
 from typing import Any
 
 from .._torch_compat import is_registered_opaque_type
+from ..patching.registry import PatchPoint
+from ._versions import upstream_fix
 
 #: the attribute of a cache entry that carries its record
 ENTRY_ATTR = "tsrt_opaque_reads"
@@ -68,21 +82,6 @@ SERIES_NONE = (
     "torch 2.10/2.11 pickle an opaque's real object into the AOTAutograd "
     "cache key, so their caches never reuse a graph across differing reads"
 )
-_TEST = "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::"
-_RANKS_TEST = (
-    "test/distributed/test_dtensor_scenarios.py::TestOpaqueReadsRanks::"
-    "test_redistribute_warm_shared_cache"
-)
-#: fail without the record being made and checked
-IN_PROCESS_TESTS = (
-    f"{_TEST}test_recompile_on_member_value_gets_its_own_artifact",
-    f"{_TEST}test_plain_member_read_in_dispatch",
-    _RANKS_TEST,
-)
-#: fail without the fake's reads reaching the record
-READ_TESTS = IN_PROCESS_TESTS
-#: fail without the record being saved (every entry then misses)
-HIT_TESTS = (f"{_TEST}test_equal_member_values_hit_in_a_warm_process",)
 
 
 class Unrecordable(Exception):
@@ -371,3 +370,68 @@ def _use_real(real: Any, name: str) -> bool:
     if real is None or not is_registered_opaque_type(type(real)):
         return False
     return oo.get_member_type(type(real), name) is oo.MemberType.USE_REAL
+
+
+POINTS = [
+    PatchPoint(
+        name="aot_autograd.autograd_cache_key.opaque_reads",
+        target="torch._functorch._aot_autograd.autograd_cache:autograd_cache_key",
+        build=_build_autograd_cache_key,
+        reason="AOTAutogradCache reused a graph whose tracing read other values off an "
+        "opaque input (a recompile in one process; ranks sharing a cache)",
+        upstream_fix=FIX,
+        series_none=SERIES_NONE,
+        # fail without the record being made and checked
+        guarded_by=(
+            "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_recompile_on_member_value_gets_its_own_artifact",
+            "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_plain_member_read_in_dispatch",
+            "test/distributed/test_dtensor_scenarios.py::TestOpaqueReadsRanks::test_redistribute_warm_shared_cache",
+        ),
+        **upstream_fix(*BROKEN_ON),
+    ),
+    PatchPoint(
+        name="aot_autograd.AOTAutogradCache.save.opaque_reads",
+        target="torch._functorch._aot_autograd.autograd_cache:AOTAutogradCache.save",
+        build=_build_save,
+        reason="a cache entry carries the opaque member reads its graph was traced with",
+        upstream_fix=FIX,
+        series_none=SERIES_NONE,
+        # fail without the record being saved (every entry then misses)
+        guarded_by=(
+            "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_equal_member_values_hit_in_a_warm_process",
+        ),
+        **upstream_fix(*BROKEN_ON),
+    ),
+    PatchPoint(
+        name="library.FakeScriptObject.__getattribute__.opaque_reads",
+        target="torch._library.fake_class_registry:FakeScriptObject.__getattribute__",
+        build=_build_fake_getattribute,
+        reason="the USE_REAL members tracing reads off an opaque's fake are recorded "
+        "for the AOTAutograd cache",
+        upstream_fix=FIX,
+        series_none=SERIES_NONE,
+        # fail without the fake's reads reaching the record
+        guarded_by=(
+            "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_recompile_on_member_value_gets_its_own_artifact",
+            "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_plain_member_read_in_dispatch",
+            "test/distributed/test_dtensor_scenarios.py::TestOpaqueReadsRanks::test_redistribute_warm_shared_cache",
+        ),
+        **upstream_fix(*BROKEN_ON),
+    ),
+    PatchPoint(
+        name="inductor.GuardedCache.iterate_over_candidates.opaque_reads",
+        target="torch._inductor.codecache:GuardedCache.iterate_over_candidates",
+        build=_build_iterate_over_candidates,
+        reason="an AOTAutogradCache entry whose recorded opaque member reads differ on "
+        "this call's objects was a hit",
+        upstream_fix=FIX,
+        series_none=SERIES_NONE,
+        # fail without the record being made and checked
+        guarded_by=(
+            "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_recompile_on_member_value_gets_its_own_artifact",
+            "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_plain_member_read_in_dispatch",
+            "test/distributed/test_dtensor_scenarios.py::TestOpaqueReadsRanks::test_redistribute_warm_shared_cache",
+        ),
+        **upstream_fix(*BROKEN_ON),
+    ),
+]

@@ -1,4 +1,15 @@
-"""A submesh derived inside traced code from a mesh graph input (torch 2.10 / 2.11).
+"""A submesh derived in traced code from a mesh graph input.
+
+Series patch 0016 ("[distributed][fx] Derive a submesh of a mesh graph
+input"), and on torch 2.11 the partitioners' case of a real opaque saved
+for backward (not yet in the series).
+
+Releases and modes: 2.10.0, 2.11.0 (backport).
+Series commits:
+    patches/v2.10.0/0016-distributed-fx-Derive-a-submesh-of-a-mesh-graph-inpu.patch.
+Upstream: none (not an upstream fix).
+
+A submesh derived inside traced code from a mesh graph input (torch 2.10 / 2.11).
 
 torch 2.13 registers ``DeviceMesh`` with a ``reconstruct_fn``: when make_fx
 meets a mesh it does not track (``mesh["tp"]`` computed by the traced code
@@ -22,7 +33,7 @@ torch 2.11 and 2.10 have none of the four pieces; this module gives them
   2.11's ``infer_schema`` cannot spell an opaque *return*, so the schema is
   written out; the C++ side accepts it since the type name is registered.
   An operator definition is process-wide and stays after ``uninstall()``,
-  like the opaque type names ``_distributed_opaques`` registers with the C++
+  like the opaque type names ``distributed_opaques`` registers with the C++
   side; without ``install()`` nothing emits it.
 * the tracer hook, ``PythonKeyTracer.create_arg``: an untracked opaque
   with a reconstruction becomes a node on the tracked ancestor.
@@ -43,7 +54,9 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
+from ._versions import ONLY_2_11, ONLY_BACKPORT, per_release
 
 #: the Library that owns device_mesh::_get_submesh (kept alive: dropping it
 #: would deregister the op)
@@ -150,7 +163,7 @@ def _try_reconstruct(tracer: Any, a: Any) -> Any:
 
     from torch._library.fake_class_registry import FakeScriptObject
 
-    from ._tracing import real_obj_proxies
+    from .tracing import real_obj_proxies
     side = real_obj_proxies(tracer)
 
     def tracked():
@@ -320,6 +333,89 @@ def _build_aot_stage2a_partition(original):
 _NOT_YET_IN_SERIES = (
     "not yet ported into patches/v2.11.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)"
 )
-_REAL_OPAQUE_SAVED_TEST = (
-    "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_aot_over_dynamo_mesh_output_backward_cpu"
-)
+
+
+POINTS = [
+    # torch 2.10's point of this name is torch_2_11_base's
+    PatchPoint(
+        name="partitioners._extract_fwd_bwd_modules",
+        target="torch._functorch.partitioners:_extract_fwd_bwd_modules",
+        build=_build_extract_fwd_bwd_modules,
+        reason="a real opaque saved for backward went to save_for_backward with the tensors (2.13: is_opaque_node)",
+        series_none=_NOT_YET_IN_SERIES,
+        guarded_by=(
+            "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_aot_over_dynamo_mesh_output_backward_cpu",
+        ),
+        **ONLY_2_11,
+    ),
+    *per_release(
+        name="partitioners.default_partition",
+        target="torch._functorch.partitioners:default_partition",
+        reason="a forward node that is an opaque (a derived submesh) is saved, not 'Expected ... to be a tensor'",
+        rebinds=("torch._functorch.aot_autograd", "torch._functorch.compilers"),
+        # imports half of inductor (0.5 s); a later import while installed
+        # copies the replacement, which uninstall() puts back
+        rebinds_if_loaded=("torch._inductor.pattern_matcher",),
+        default_args=(
+            "torch._functorch.aot_autograd:aot_function",
+            "torch._functorch.aot_autograd:aot_module_simplified",
+            "torch._functorch.aot_autograd:aot_compile_joint_with_descriptors",
+        ),
+        series=(
+            "0016 torch/_functorch/partitioners.py::default_partition",
+            "0016 torch/_functorch/partitioners.py::is_opaque_node",
+        ),
+        guarded_by=(
+            "test/distributed/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dynamo_backward",
+        ),
+        v2_11=dict(build=_build_default_partition),
+        v2_10=dict(build=_build_default_partition_2_10),
+    ),
+    PatchPoint(
+        name="library.FakeScriptObject.__getitem__",
+        target="torch._library.fake_class_registry:FakeScriptObject.__getitem__",
+        build=lambda _original: fake_getitem,
+        reason="mesh['tp'] on the fake mesh a __torch_dispatch__ sees while tracing (2.13 has it)",
+        new_attribute=True,
+        series=("0016 torch/_library/fake_class_registry.py::FakeScriptObject.__getitem__",),
+        guarded_by=(
+            "test/distributed/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dispatch",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    PatchPoint(
+        name="fx.PythonKeyTracer.create_arg",
+        target="torch.fx.experimental.proxy_tensor:PythonKeyTracer.create_arg",
+        build=_build_create_arg,
+        reason="a submesh derived in traced code is derived from the mesh input (2.13's reconstruct_fn)",
+        series=(
+            "0016 torch/fx/experimental/proxy_tensor.py::PythonKeyTracer.create_arg",
+            "0016 torch/fx/experimental/proxy_tensor.py::PythonKeyTracer._try_reconstruct_opaque",
+            "0016 torch/_library/opaque_object.py::get_reconstruct_fn",
+            "0016 torch/_library/opaque_object.py::_OpaqueTypeInfo",
+            "0016 torch/_library/opaque_object.py::_register_opaque_type_info",
+            "0016 torch/distributed/device_mesh.py::_device_mesh_reconstruct_fn",
+            "0016 torch/distributed/device_mesh.py::_register_distributed_opaque_types",
+            "0016 torch/distributed/_ops/device_mesh.py::<module>",
+            "0016 torch/distributed/_ops/device_mesh.py::_DEVICE_MESH_TYPE",
+            "0016 torch/distributed/_ops/device_mesh.py::_get_submesh_impl",
+        ),
+        guarded_by=(
+            "test/distributed/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dynamo",
+            "test/distributed/test_device_mesh_derived_submesh.py::TestDerivedSubmesh::test_submesh_derived_in_dispatch",
+        ),
+        **ONLY_BACKPORT,
+    ),
+    # torch 2.10's point of this name is torch_2_11_base's
+    PatchPoint(
+        name="aot_autograd._aot_stage2a_partition",
+        target="torch._functorch._aot_autograd.graph_compile:_aot_stage2a_partition",
+        build=_build_aot_stage2a_partition,
+        reason="a real opaque saved for backward was not counted as a saved opaque (2.13: is_opaque_node)",
+        series_none=_NOT_YET_IN_SERIES,
+        guarded_by=(
+            "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_aot_over_dynamo_mesh_output_backward_cpu",
+        ),
+        **ONLY_2_11,
+    ),
+]

@@ -1,9 +1,20 @@
-"""Opaque members and ``guard_fn``, as torch 2.11 has them, for torch 2.10.
+"""Opaque members and ``guard_fn``: torch 2.11's registration, on torch 2.10.
+
+The part of series patch 0000 (v2.10.0 only) that gives torch 2.10 the
+registered members, ``MemberType`` and ``guard_fn`` of torch 2.11's
+``register_opaque_type``, and Dynamo's reads and guards of them.
+
+Releases and modes: 2.10.0 (backport).
+Series commits:
+    patches/v2.10.0/0000-aot_autograd-dynamo-inductor-Opaque-objects-saved-fo.patch.
+Upstream: none (not an upstream fix).
+
+Opaque members and ``guard_fn``, as torch 2.11 has them, for torch 2.10.
 
 torch 2.11 lets an opaque registration say what compiled code may read off
 the object (``members={name: MemberType.USE_REAL | INLINED}``) and what to
 guard on (``guard_fn``); DeviceMesh / ProcessGroup as opaques
-(``_distributed_opaques.py``) and a sharded subclass whose dispatch reads
+(``distributed_opaques.py``) and a sharded subclass whose dispatch reads
 ``mesh.size()`` while tracing build on both. torch 2.10 registers a type
 with a name and a kind only, sets nothing on the FakeScriptObject that
 stands in for the object, refuses every attribute of a reference opaque in
@@ -39,10 +50,11 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
+from ._versions import ONLY_2_10
 
 _OO = "torch._library.opaque_object"
-_MEMBERS_TEST = "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU"
 
 
 class MemberType(enum.Enum):
@@ -327,3 +339,92 @@ def OPAQUE_OBJ_GUARD_FN_MATCH(self: Any, guard: Any) -> None:
     self.get_guard_manager(guard).add_lambda_guard(
         opaque_guard_fn_matches, get_verbose_code_parts(name, guard)
     )
+
+
+POINTS = [
+    PatchPoint(
+        name="library.MemberType",
+        target=f"{_OO}:MemberType",
+        build=lambda _original: MemberType,
+        new_attribute=True,
+        reason="the kinds of opaque members (torch 2.11's enum)",
+        series=("0000 torch/_library/opaque_object.py::MemberType",),
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_registered_by_type_and_by_name_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="library.register_opaque_type",
+        target=f"{_OO}:register_opaque_type",
+        build=_build_register_opaque_type,
+        reason="registration takes guard_fn and members (torch 2.11)",
+        series=(
+            "0000 torch/_library/opaque_object.py::register_opaque_type",
+            "0000 torch/_library/opaque_object.py::_OpaqueTypeInfo",
+        ),
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_user_opaque_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="library.get_opaque_obj_info",
+        target=f"{_OO}:get_opaque_obj_info",
+        build=lambda _original: get_opaque_obj_info,
+        new_attribute=True,
+        reason="look up a registration with its members and guard_fn (torch 2.11)",
+        series=("0000 torch/_library/opaque_object.py::get_opaque_obj_info",),
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_registered_by_type_and_by_name_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="library.get_member_type",
+        target=f"{_OO}:get_member_type",
+        build=lambda _original: get_member_type,
+        new_attribute=True,
+        reason="how a member of an opaque is registered, for Dynamo (torch 2.11)",
+        series=("0000 torch/_library/opaque_object.py::get_member_type",),
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_member_reads_in_dynamo_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="guards.GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH",
+        target="torch._dynamo.guards:GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH",
+        build=lambda _original: OPAQUE_OBJ_GUARD_FN_MATCH,
+        new_attribute=True,
+        reason="guard a reference opaque on its guard_fn values (torch 2.11)",
+        series=("0000 torch/_dynamo/guards.py::GuardBuilder.OPAQUE_OBJ_GUARD_FN_MATCH",),
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_other_dim_names_recompile_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="dynamo.TorchScriptObjectVariable.var_getattr",
+        target="torch._dynamo.variables.script_object:TorchScriptObjectVariable.var_getattr",
+        build=_build_var_getattr,
+        reason="Dynamo reads a registered member of a reference opaque (torch 2.11)",
+        series=("0000 torch/_dynamo/variables/script_object.py::TorchScriptObjectVariable.var_getattr",),
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_member_reads_in_dynamo_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_in_dynamo_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="dynamo.TorchScriptObjectVariable.call_method",
+        target="torch._dynamo.variables.script_object:TorchScriptObjectVariable.call_method",
+        build=_build_call_method,
+        reason="Dynamo calls a registered method of a reference opaque (torch 2.11)",
+        series=("0000 torch/_dynamo/variables/script_object.py::TorchScriptObjectVariable.call_method",),
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_member_reads_in_dynamo_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+]

@@ -1,4 +1,7 @@
-"""Dynamo: trace a subclass input whose flatten attrs include opaques.
+"""Dynamo traces a subclass input whose flatten attrs include opaques.
+
+Series patch 0003 ("Trace subclass inputs with opaque inner attrs"; and
+0008's share of ``PyCodegen.__call__``).
 
 torch 2.11's Dynamo assumes every ``__tensor_flatten__`` attr is a tensor
 when it picks dynamic dims for an input (``_automatic_dynamic``), marks dims
@@ -9,15 +12,15 @@ lifted to graph inputs on 2.11 (``wrap_tensor`` builds every attr), so only
 these tensor-only assumptions need porting from torch 2.12 (PR 176457).
 Each of those points is a small source edit of the 2.11 function, except
 the 11-line ``_apply_func_to_inner_tensors_of_same_dim``, which is
-replaced.
+replaced. The checks the edited sources call are in ``_dynamo_opaque``.
 
-The module also declares Dynamo's share of other changes, whose code sits
-with the change: ``DeviceMesh`` / ``ProcessGroup`` as opaques
-(``_distributed_opaques``), opaque members on 2.10 (``_opaque_members``),
-members resolved when read (``_lazy_members``), DTensor's ``redistribute``
-(``_dtensor``), the duplicate-input guard 2.10 lacks (``_torch_2_11_base``),
-forced mode's flatten-attr check (``_validation``) and the later upstream
-fixes (``_upstream_fixes``).
+Releases and modes: 2.10.0, 2.11.0 (backport).
+Series commits:
+    patches/v2.10.0/0003-dynamo-Trace-subclass-inputs-with-opaque-inner-attrs.patch,
+    patches/v2.10.0/0008-dynamo-Guard-state-pickling-and-returned-value-opaqu.patch,
+    patches/v2.10.0/0012-distributed-dynamo-DeviceMesh-and-ProcessGroup-as-re.patch,
+    patches/v2.11.0/0014-distributed-dynamo-DTensor-flattens-with-device_mesh.patch.
+Upstream: none (not an upstream fix).
 """
 
 from __future__ import annotations
@@ -27,20 +30,10 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from .._torch_compat import FIXES_VERSIONS, is_opaque_attr
+from .._torch_compat import is_opaque_attr
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
-from ._versions import ONLY_2_10, ONLY_2_11, ONLY_BACKPORT, ONLY_FORCED, upstream_fix, per_release
-from . import (
-    _distributed_opaques,
-    _dtensor,
-    _lazy_members,
-    _opaque_members,
-    _torch_2_11_base,
-    _upstream_fixes,
-    _validation,
-)
-
+from ._versions import ONLY_BACKPORT, per_release
 
 
 def _build_automatic_dynamic(original):
@@ -119,7 +112,7 @@ def _build_wrap_tensor(original):
 
 _WRAP_TENSOR_DTENSOR_CTX = Edit(
     # install(dtensor=True) gives DTensor torch 2.13's flatten (mesh as an
-    # inner attr; points/_dtensor.py): this branch must accept its context
+    # inner attr; points/dtensor.py): this branch must accept its context
     # as well as 2.11's. Without that group DTensor's context is 2.11's and
     # the check is the same as torch's.
     """
@@ -325,7 +318,6 @@ def _apply_func_to_inner_tensors_of_same_dim(
             func(inner, *args, **kwargs)
 
 
-
 def _build_apply_func_to_inner_tensors_of_same_dim(original: Any) -> Any:
     """Installs :func:`_apply_func_to_inner_tensors_of_same_dim` so Dynamo
     does not trace it, as it does not trace torch's (its file is under
@@ -338,49 +330,8 @@ def _build_apply_func_to_inner_tensors_of_same_dim(original: Any) -> Any:
     """
     return torch._dynamo.disable(_apply_func_to_inner_tensors_of_same_dim, recursive=False)
 
-#: the Dynamo hook that reads an opaque's member, by release (2.14 renamed
-#: it); torch 2.10's Dynamo (library.register_opaque_type & co.) reads members
-#: off the real object, not the fake: nothing to resolve there
-_LAZY_FROM_2_14 = tuple(v for v in FIXES_VERSIONS if v.startswith("2.14."))
-_LAZY_BEFORE_2_14 = ("2.11.0", *(v for v in FIXES_VERSIONS if v not in _LAZY_FROM_2_14))
-
 
 POINTS = [
-    PatchPoint(
-        name="dynamo.VariableBuilder._can_lift_attrs_to_inputs",
-        target="torch._dynamo.variables.builder:VariableBuilder._can_lift_attrs_to_inputs",
-        build=_torch_2_11_base._build_can_lift_attrs_to_inputs,
-        reason="no duplicate-input guard for an opaque shared by two subclass inputs",
-        series=(
-            "0000 torch/_dynamo/variables/builder.py::VariableBuilder._can_lift_attrs_to_inputs",
-        ),
-        guarded_by=(
-            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU"
-            "::test_shared_opaque_identity_guard_cpu",
-        ),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="dynamo.TorchScriptObjectVariable.var_getattr",
-        target="torch._dynamo.variables.script_object:TorchScriptObjectVariable.var_getattr",
-        build=_opaque_members._build_var_getattr,
-        reason="Dynamo reads a registered member of a reference opaque (torch 2.11)",
-        series=("0000 torch/_dynamo/variables/script_object.py::TorchScriptObjectVariable.var_getattr",),
-        guarded_by=(
-            f"{_opaque_members._MEMBERS_TEST}::test_member_reads_in_dynamo_cpu",
-            f"{_opaque_members._MEMBERS_TEST}::test_unregistered_member_in_dynamo_cpu",
-        ),
-        **ONLY_2_10,
-    ),
-    PatchPoint(
-        name="dynamo.TorchScriptObjectVariable.call_method",
-        target="torch._dynamo.variables.script_object:TorchScriptObjectVariable.call_method",
-        build=_opaque_members._build_call_method,
-        reason="Dynamo calls a registered method of a reference opaque (torch 2.11)",
-        series=("0000 torch/_dynamo/variables/script_object.py::TorchScriptObjectVariable.call_method",),
-        guarded_by=(f"{_opaque_members._MEMBERS_TEST}::test_member_reads_in_dynamo_cpu",),
-        **ONLY_2_10,
-    ),
     PatchPoint(
         name="dynamo._automatic_dynamic",
         target="torch._dynamo.variables.builder:_automatic_dynamic",
@@ -396,7 +347,7 @@ POINTS = [
         name="dynamo.VariableBuilder.wrap_tensor",
         target="torch._dynamo.variables.builder:VariableBuilder.wrap_tensor",
         # 0012: its inner attrs are built as subclass inner attrs (the
-        # DeviceMesh / ProcessGroup path of _distributed_opaques.py)
+        # DeviceMesh / ProcessGroup path of distributed_opaques.py)
         series=(
             "0003 torch/_dynamo/variables/builder.py::VariableBuilder.wrap_tensor",
             "0003 torch/_dynamo/variables/builder.py::_check_tensor_flatten_attr",
@@ -473,116 +424,5 @@ POINTS = [
             "test/runtime/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_mark_dynamic_cpu",
         ),
         **ONLY_BACKPORT,
-    ),
-    PatchPoint(
-        name="dynamo.VariableBuilder.wrap_tensor.validate_attrs",
-        target="torch._dynamo.variables.builder:VariableBuilder.wrap_tensor",
-        build=_validation._validate_then_wrap,
-        reason="name the subclass and attr of an unregistered flatten attr "
-        "(2.13 raises an internal AssertionError)",
-        series_none="forced mode only: on 2.11 the same check is part of "
-        "dynamo.VariableBuilder.wrap_tensor (series 0003, _check_tensor_flatten_attr)",
-        guarded_by=(
-            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_unregistered_object_in_tensor_attrs_errors_cpu",
-        ),
-        **ONLY_FORCED,
-    ),
-    *per_release(
-        name="dynamo.VariableBuilder._wrap",
-        target="torch._dynamo.variables.builder:VariableBuilder._wrap",
-        guarded_by=(
-            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_mesh_attr_into_custom_op_is_runtime_mesh_cpu",
-            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
-        ),
-        # the flag it reads is set by dynamo.VariableBuilder.wrap_tensor
-        v2_11=dict(
-            build=_distributed_opaques._build_wrap,
-            reason="a mesh / process group inner attr is an opaque graph input, not a DeviceMeshVariable constant",
-            series=(
-                "0012 torch/_dynamo/variables/builder.py::VariableBuilder._wrap",
-                "0012 torch/_dynamo/variables/builder.py::VariableBuilder._is_opaque_inner_attr",
-                "0012 torch/_dynamo/variables/builder.py::VariableBuilder.__init__",
-            ),
-        ),
-        v2_10=dict(
-            build=_distributed_opaques._build_wrap_2_10,
-            reason="2.11's edits, and a reference opaque input guarded on its guard_fn (torch 2.11)",
-            series=(
-                "0000 torch/_dynamo/variables/builder.py::VariableBuilder._wrap",
-                "0012 torch/_dynamo/variables/builder.py::VariableBuilder._wrap",
-                "0012 torch/_dynamo/variables/builder.py::VariableBuilder._is_opaque_inner_attr",
-                "0012 torch/_dynamo/variables/builder.py::VariableBuilder.__init__",
-            ),
-        ),
-    ),
-    PatchPoint(
-        name="dynamo.TorchInGraphFunctionVariable.call_function",
-        target="torch._dynamo.variables.torch:TorchInGraphFunctionVariable.call_function",
-        build=_distributed_opaques._build_torch_call_function,
-        reason="DTensor.from_local(x, mesh) with an opaque mesh input: the mesh is a graph input",
-        series_none=_distributed_opaques._NOT_YET_IN_SERIES,
-        guarded_by=(
-            "test/distributed/test_dtensor_scenarios.py::test_scenario[from_local_to_local-aot_eager]",
-            "test/distributed/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
-        ),
-        **ONLY_BACKPORT,
-    ),
-    PatchPoint(
-        name="dynamo.TensorVariable.method_redistribute",
-        target="torch._dynamo.variables.tensor:TensorVariable.method_redistribute",
-        build=_dtensor._build_method_redistribute,
-        reason="redistribute(x.device_mesh, ...) in compiled code: the opaque mesh input is the tensor's own",
-        series=(
-            "0014 torch/_dynamo/variables/tensor.py::TensorVariable.method_redistribute",
-            "0014 torch/_dynamo/variables/tensor.py::TensorVariable._is_own_opaque_mesh",
-        ),
-        group=_dtensor.GROUP,
-        guarded_by=(
-            _dtensor._GUARD + "test_redistribute_own_mesh_aot_eager_cpu",
-            _dtensor._GUARD + "test_redistribute_own_mesh_inductor_cpu",
-        ),
-        **ONLY_2_11,
-    ),
-    PatchPoint(
-        name="dynamo.TensorVariable.dynamic_getattr.callable_value_opaque",
-        target="torch._dynamo.variables.tensor:TensorVariable.dynamic_getattr",
-        build=_upstream_fixes._build_callable_value_opaque_getattr,
-        reason="a callable value opaque on an intermediate subclass graph-broke on method access",
-        upstream_fix="PR 188799 (issue 188796)",
-        series=("0010 torch/_dynamo/variables/tensor.py::TensorVariable.dynamic_getattr",),
-        guarded_by=(
-            "test/points/test_upstream_fixes.py::TestUpstreamFixes::test_tensor_subclass_with_callable_opaque_attr",
-        ),
-        **upstream_fix("2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
-    ),
-    *(
-        PatchPoint(
-            name=f"dynamo.{cls}.{method}.lazy_members",
-            target=f"torch._dynamo.variables.script_object:{cls}.{method}",
-            build=_lazy_members._build_var_getattr,
-            reason="Dynamo reads a registered member off the fake of an opaque, which now "
-            "resolves members when read",
-            upstream_fix=_lazy_members._FIX,
-            **series,
-            guarded_by=(
-                "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_member_reads_in_dynamo_cpu",
-            ),
-            **upstream_fix(*versions),
-        )
-        for cls, method, versions, series in (
-            (
-                "TorchScriptObjectVariable", "var_getattr", _LAZY_BEFORE_2_14,
-                {"series": (
-                    "0020 torch/_dynamo/variables/script_object.py::"
-                    "TorchScriptObjectVariable.var_getattr",
-                )},
-            ),
-            (
-                "CustomClassObjectVariable", "tp_getattro_impl", _LAZY_FROM_2_14,
-                {"series_none": "torch 2.14's name of the hook; the series' bases (2.10, "
-                 "2.11) have var_getattr (the point above)"},
-            ),
-        )
-        if versions
     ),
 ]

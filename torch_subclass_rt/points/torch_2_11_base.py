@@ -1,4 +1,19 @@
-"""What torch 2.11 already has and the feature builds on, for torch 2.10.
+"""What torch 2.11 has and torch 2.10 lacks: opaques saved for backward.
+
+The catch-up of torch 2.10 to 2.11's opaque support (series patch 0000 of
+the v2.10.0 series only): opaques saved for backward, their count and slices
+in ``ViewAndMutationMeta``, the partitioners' and Inductor's opaque cases, and
+the duplicate-input guard of a shared opaque. Registered members and
+``guard_fn`` (the rest of patch 0000) are ``opaque_members``.
+
+Releases and modes: 2.10.0 (backport).
+Series commits:
+    patches/v2.10.0/0000-aot_autograd-dynamo-inductor-Opaque-objects-saved-fo.patch,
+    patches/v2.10.0/0001-aot_autograd-Opaque-reference-objects-as-inner-attrs.patch,
+    patches/v2.10.0/0020-library-Resolve-registered-opaque-members-when-they-.patch.
+Upstream: none (not an upstream fix).
+
+What torch 2.11 already has and the feature builds on, for torch 2.10.
 
 The backport of PR 176457 (every point that is not ``ONLY_2_10``) is
 written against 2.11, which already carries opaque objects as graph inputs that survive a
@@ -38,7 +53,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
+from ._versions import ONLY_2_10
 
 #: every point here is patch 0000 of the v2.10.0 series (Note [One numbering
 #: for every series] in tools/series_map.py); torch 2.11 has it already
@@ -354,17 +371,167 @@ def _build_can_lift_attrs_to_inputs(original):
     return _can_lift_attrs_to_inputs
 
 
-_BACKWARD_TEST = (
-    "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU"
-    "::test_tensor_subclass_with_opaque_attr_backward_cpu"
-)
-_NESTED_BACKWARD_TEST = (
-    # saves a computed tensor after the opaque input in graph order: without
-    # the reorder the opaque lands among the saved tensors
-    "test/runtime/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU"
-    "::test_nested_subclass_backward_cpu"
-)
-_INDUCTOR_TEST = (
-    "test/runtime/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU"
-    "::test_inductor_fwd_bwd_cpu"
-)
+
+
+POINTS = [
+    # what 2.11 has (patch 0000), with the 2.11 edit's opaque case (torch
+    # 2.11's point of this name is derived_submesh's)
+    PatchPoint(
+        name="aot_autograd._aot_stage2a_partition",
+        target="torch._functorch._aot_autograd.graph_compile:_aot_stage2a_partition",
+        build=_build_aot_stage2a_partition,
+        reason="the count of opaques saved for backward was not recorded",
+        series=("0000 torch/_functorch/_aot_autograd/graph_compile.py::_aot_stage2a_partition",),
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="aot_autograd.ViewAndMutationMeta.num_opaque_objects_saved_for_bw",
+        target=f"{_SCHEMAS}:ViewAndMutationMeta.num_opaque_objects_saved_for_bw",
+        # a class-level default; _aot_stage2a_partition sets the instance's
+        build=lambda _: None,
+        new_attribute=True,
+        reason="no field for the count of opaques saved for backward",
+        series=(
+            "0000 torch/_functorch/_aot_autograd/schemas.py::ViewAndMutationMeta",
+        ),
+        # an AOTAutogradCache entry stock torch saved has no such field; the
+        # class default makes it read as "no opaque saved" under install()
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+            "test/points/test_cache_across_modes.py::TestCacheAcrossInstall::test_stock_entry_loaded_with_install",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="aot_autograd.ViewAndMutationMeta.tensors_saved_for_backwards_slice",
+        target=f"{_SCHEMAS}:ViewAndMutationMeta.tensors_saved_for_backwards_slice",
+        build=_build_tensors_saved_slice,
+        reason="the saved-tensor slice took the saved opaques as tensors",
+        series=(
+            "0000 torch/_functorch/_aot_autograd/schemas.py::ViewAndMutationMeta.tensors_saved_for_backwards_slice",
+        ),
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="aot_autograd.ViewAndMutationMeta.opaque_objects_saved_for_backwards_slice",
+        target=f"{_SCHEMAS}:ViewAndMutationMeta.opaque_objects_saved_for_backwards_slice",
+        build=_build_opaques_saved_slice,
+        new_attribute=True,
+        reason="no slice for the saved opaques",
+        series=(
+            "0000 torch/_functorch/_aot_autograd/schemas.py::ViewAndMutationMeta.opaque_objects_saved_for_backwards_slice",
+        ),
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="aot_autograd.AOTDispatchAutograd.post_compile",
+        target="torch._functorch._aot_autograd.runtime_wrappers:AOTDispatchAutograd.post_compile",
+        build=_build_autograd_post_compile,
+        reason="saved opaques were not kept on the ctx for the backward",
+        series=(
+            "0000 torch/_functorch/_aot_autograd/runtime_wrappers.py::AOTDispatchAutograd.post_compile",
+            "0001 torch/_functorch/_aot_autograd/runtime_wrappers.py::AOTDispatchAutograd.post_compile",
+            "0001 torch/_functorch/_aot_autograd/runtime_wrappers.py::_compiled_autograd_opaque_error",
+        ),
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_opaque_backward_compiled_autograd_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+    # what 2.11 has (patch 0000), with the 2.11 edit's opaque case (torch
+    # 2.11's point of this name is derived_submesh's)
+    PatchPoint(
+        name="partitioners._extract_fwd_bwd_modules",
+        target="torch._functorch.partitioners:_extract_fwd_bwd_modules",
+        build=_build_extract_fwd_bwd_modules,
+        reason="a saved opaque went to save_for_backward with the tensors",
+        series=("0000 torch/_functorch/partitioners.py::_extract_fwd_bwd_modules",),
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+            # saves a computed tensor after the opaque input in graph order: without
+            # the reorder the opaque lands among the saved tensors
+            "test/runtime/test_opaque_attr_tracing.py::TestOpaqueAttrTracingCPU::test_nested_subclass_backward_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="partitioners.solve_min_cut",
+        target="torch._functorch.partitioners:solve_min_cut",
+        build=_build_solve_min_cut,
+        reason="the min-cut partitioner found no cut past an opaque node (weight inf)",
+        series=(
+            "0000 torch/_functorch/partitioners.py::solve_min_cut",
+        ),
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="library.maybe_to_fake_obj",
+        target="torch._library.fake_class_registry:maybe_to_fake_obj",
+        build=_build_maybe_to_fake_obj,
+        reason="the fake of a reference opaque had no real_obj (None)",
+        series=(
+            "0000 torch/_library/fake_class_registry.py::maybe_to_fake_obj",
+            # on 2.10 this edit is also lazy_members' maybe_to_fake_obj
+            "0020 torch/_library/fake_class_registry.py::maybe_to_fake_obj",
+            "0020 torch/_library/fake_class_registry.py::_check_registered_members_exist",
+        ),
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_device_mesh_in_attrs_aot_eager_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="fx._iterate_exprs",
+        target="torch.fx.experimental.symbolic_shapes:_iterate_exprs",
+        build=_build_iterate_exprs,
+        reason="'cannot extract sympy expressions' from a saved opaque",
+        series=(
+            "0000 torch/fx/experimental/symbolic_shapes.py::_iterate_exprs",
+        ),
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="dynamo.VariableBuilder._can_lift_attrs_to_inputs",
+        target="torch._dynamo.variables.builder:VariableBuilder._can_lift_attrs_to_inputs",
+        build=_build_can_lift_attrs_to_inputs,
+        reason="no duplicate-input guard for an opaque shared by two subclass inputs",
+        series=(
+            "0000 torch/_dynamo/variables/builder.py::VariableBuilder._can_lift_attrs_to_inputs",
+        ),
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU"
+            "::test_shared_opaque_identity_guard_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="inductor.GraphLowering.output",
+        target="torch._inductor.graph:GraphLowering.output",
+        build=_build_graph_lowering_output,
+        reason="Inductor asserted that no graph output is an opaque",
+        series=(
+            "0000 torch/_inductor/graph.py::GraphLowering.output",
+        ),
+        guarded_by=(
+            "test/runtime/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU::test_inductor_fwd_bwd_cpu",
+        ),
+        **ONLY_2_10,
+    ),
+]

@@ -1,8 +1,19 @@
-"""Registered opaque members resolved when read, not at every fakification
+"""Registered opaque members resolved when they are read (upstream PR 193452).
+
+Upstream PR 193452 (open; issue 187505 items 3-4), carried into the backport
+(series patch 0020) and the native releases (native+fixes, forced).
+
+Releases and modes: 2.10.0, 2.11.0, 2.12.0, 2.12.1, 2.13.0, 2.14.0, 2.14.1
+    (backport, forced, native+fixes); 2.14.0, 2.14.1 (native+fixes).
+Series commits:
+    patches/v2.10.0/0020-library-Resolve-registered-opaque-members-when-they-.patch.
+Upstream: PR 193452 (open; issue 187505 items 3-4).
+
+Registered opaque members resolved when read, not at every fakification
 (upstream PR 193452, open; issue 187505 items 3-4).
 
 Every release with opaque members (torch 2.11.0 to 2.14.1; 2.10.0 through
-``install()``'s ``_opaque_members``) builds the fake of a registered opaque
+``install()``'s ``opaque_members``) builds the fake of a registered opaque
 in ``maybe_to_fake_obj`` by reading *every* registered member off the real
 object and storing it on the FakeScriptObject. Two consequences:
 
@@ -32,7 +43,9 @@ import inspect
 import types
 from typing import Any
 
-from .._torch_compat import is_registered_opaque_type
+from .._torch_compat import BACKPORT_VERSIONS, FIXES_VERSIONS, is_registered_opaque_type
+from ..patching.registry import PatchPoint
+from ._versions import upstream_fix
 
 _FAKE_OWN = frozenset({"wrapped_obj", "script_class_name", "real_obj"})
 
@@ -45,7 +58,7 @@ def _member_kind(real: Any, name: str) -> Any:
     return oo.get_member_type(type(real), name)
 
 
-def _check_members_exist(x: Any) -> None:
+def check_members_exist(x: Any) -> None:
     """Refuse a registration that names a member the object lacks, without
     evaluating any (the releases' eager loop ran ``hasattr`` on each)."""
     from torch._library import opaque_object as oo
@@ -102,7 +115,7 @@ def _build_maybe_to_fake_obj(original):
 
         if not is_registered_opaque_type(type(x)) or x is None or fcr.tracing_with_real(x):
             return original(fake_mode, x)
-        _check_members_exist(x)
+        check_members_exist(x)
         return fcr.FakeScriptObject(oo.FakeOpaqueObject(), oo.get_opaque_type_name(type(x)), x)
 
     return maybe_to_fake_obj
@@ -192,9 +205,86 @@ def _importers(*modules: str) -> tuple[str, ...]:
 
 
 _FIX = "PR 193452 (open; issue 187505 items 3-4)"
-_F = "0020 torch/_library/fake_class_registry.py::"
-_TEST = "test/runtime/test_lazy_members.py::TestLazyMembers::"
-_TESTS = (
-    f"{_TEST}test_unread_member_not_evaluated",
-    f"{_TEST}test_inlined_member_side_effect_on_runtime_object",
-)
+
+
+#: the Dynamo hook that reads an opaque's member, by release (2.14 renamed
+#: it); torch 2.10's Dynamo (library.register_opaque_type & co.) reads members
+#: off the real object, not the fake: nothing to resolve there
+_LAZY_FROM_2_14 = tuple(v for v in FIXES_VERSIONS if v.startswith("2.14."))
+
+
+_LAZY_BEFORE_2_14 = ("2.11.0", *(v for v in FIXES_VERSIONS if v not in _LAZY_FROM_2_14))
+
+
+POINTS = [
+    PatchPoint(
+        name="library.maybe_to_fake_obj.lazy_members",
+        target="torch._library.fake_class_registry:maybe_to_fake_obj",
+        build=_build_maybe_to_fake_obj,
+        reason="every registered member of an opaque was evaluated at each fakification, "
+        "and INLINED methods were bound to the real object",
+        upstream_fix=_FIX,
+        series=(
+            "0020 torch/_library/fake_class_registry.py::maybe_to_fake_obj",
+            "0020 torch/_library/fake_class_registry.py::_check_registered_members_exist",
+        ),
+        rebinds_if_loaded=_importers(
+            "torch._export.passes.lift_constants_pass", "torch.export._trace", "torch._inductor.ir"
+        ),
+        guarded_by=(
+            "test/runtime/test_lazy_members.py::TestLazyMembers::test_unread_member_not_evaluated",
+            "test/runtime/test_lazy_members.py::TestLazyMembers::test_inlined_member_side_effect_on_runtime_object",
+        ),
+        # not 2.10: install()'s library.maybe_to_fake_obj builds the
+        # fake there, members unread (this point stacked on it would leave it
+        # nothing to do)
+        **upstream_fix("2.11.0", *FIXES_VERSIONS),
+    ),
+    PatchPoint(
+        name="library.FakeScriptObject.__getattr__.lazy_members",
+        target="torch._library.fake_class_registry:FakeScriptObject.__getattr__",
+        build=lambda _original: _fake_getattr,
+        new_attribute=True,
+        reason="the fake of an opaque resolves a registered member when it is read",
+        upstream_fix=_FIX,
+        series=(
+            "0020 torch/_library/fake_class_registry.py::FakeScriptObject.__getattr__",
+            "0020 torch/_library/fake_class_registry.py::_resolve_registered_member",
+        ),
+        guarded_by=(
+            "test/runtime/test_lazy_members.py::TestLazyMembers::test_member_read_by_dispatch",
+            "test/runtime/test_lazy_members.py::TestLazyMembers::test_inlined_member_side_effect_on_runtime_object",
+        ),
+        # every release with opaque members: the native ones we patch, and
+        # the backport (on 2.10, the fake library.maybe_to_fake_obj makes);
+        # the series carry it as patch 0020
+        **upstream_fix(*BACKPORT_VERSIONS, *FIXES_VERSIONS),
+    ),
+    PatchPoint(
+        name="dynamo.TorchScriptObjectVariable.var_getattr.lazy_members",
+        target="torch._dynamo.variables.script_object:TorchScriptObjectVariable.var_getattr",
+        build=_build_var_getattr,
+        reason="Dynamo reads a registered member off the fake of an opaque, which now "
+        "resolves members when read",
+        upstream_fix=_FIX,
+        series=("0020 torch/_dynamo/variables/script_object.py::TorchScriptObjectVariable.var_getattr",),
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_member_reads_in_dynamo_cpu",
+        ),
+        **upstream_fix(*_LAZY_BEFORE_2_14),
+    ),
+    PatchPoint(
+        name="dynamo.CustomClassObjectVariable.tp_getattro_impl.lazy_members",
+        target="torch._dynamo.variables.script_object:CustomClassObjectVariable.tp_getattro_impl",
+        build=_build_var_getattr,
+        reason="Dynamo reads a registered member off the fake of an opaque, which now "
+        "resolves members when read",
+        upstream_fix=_FIX,
+        series_none="torch 2.14's name of the hook; the series' bases (2.10, "
+        "2.11) have var_getattr (the point above)",
+        guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_member_reads_in_dynamo_cpu",
+        ),
+        **upstream_fix(*_LAZY_FROM_2_14),
+    ),
+]
