@@ -190,7 +190,7 @@ def mesh_recording_op(name: str):
 #: torch 2.12 registers ProcessGroup as an opaque, but its
 #: ``isinstance(x, OpaqueBase)`` is nominal, so AOTAutograd's metadata check
 #: refuses a ProcessGroup among inner attrs; 2.13 asks the registry, and
-#: install() carries that to 2.12 (points/_upstream_fixes.py). Recorded in one process
+#: install() carries that to 2.12 (points/registered_opaque_instancecheck.py). Recorded in one process
 #: (test_device_mesh_opaque.py) and over two ranks
 #: (test_distributed_opaque_ranks.py).
 PROCESS_GROUP_BUG_FIX = "PR 180530"

@@ -13,7 +13,7 @@ Mode under test (env var ``TSRT_MODE``):
 ``native+fixes``
     torch 2.12.x / 2.13.0 / 2.14.x with ``torch_subclass_rt.install()``: the
     native implementation plus the later upstream fixes the release lacks
-    (``points/_upstream_fixes.py``; tests marked :func:`upstream_bug`).
+    (Note [Upstream fixes] in ``points/__init__.py``; tests marked :func:`upstream_bug`).
 ``patched``
     torch 2.10 or 2.11 with its in-tree patch series (patches/v2.10.0,
     patches/v2.11.0) applied to its sources (tools/verify_patches.py puts such a torch first on PYTHONPATH);

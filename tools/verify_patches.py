@@ -80,6 +80,9 @@ SUITES = (
     REPO_ROOT / "test" / "runtime" / "test_user_written_subclasses.py",
     # no graph dumps: registered members resolved when read (0020)
     REPO_ROOT / "test" / "runtime" / "test_lazy_members.py",
+    # no graph dumps: a subclass without __repr__ under the structured
+    # trace (0021)
+    REPO_ROOT / "test" / "runtime" / "test_no_repr_subclass_traced.py",
 )
 
 #: the release the upstream series (patches/upstream/) is written against:

@@ -162,7 +162,7 @@ class TestDeviceMeshOpaque(TestCase):
     # torch 2.12 registers ProcessGroup, but its `isinstance(x, OpaqueBase)`
     # is nominal, so AOTAutograd's metadata check refuses it among inner
     # attrs; 2.13 asks the registry, and install() carries that to 2.12
-    # (points/_upstream_fixes.py)
+    # (points/registered_opaque_instancecheck.py)
     _PG_BUG = fixtures.process_group_bug()
 
     @_PG_BUG

@@ -349,7 +349,7 @@ class TestOpaqueReadsRanks(unittest.TestCase):
     )
     def test_redistribute_warm_shared_cache(self):
         # Note [Opaque reads in the AOTAutograd cache] (torch_subclass_rt/
-        # points/_opaque_reads.py): redistribute to Shard(1) bakes the rank's
+        # points/opaque_reads.py): redistribute to Shard(1) bakes the rank's
         # coordinate, read off the mesh while tracing, into the graph.
         # Two launches of two ranks over one cache directory: the cold one
         # compiles on each rank, the warm one loads; each rank must get its

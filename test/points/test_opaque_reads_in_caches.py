@@ -6,7 +6,7 @@ which an opaque input is its type alone; a value a subclass's
 ``__torch_dispatch__`` reads off it (``comm.size()``) is baked into the AOT
 graph, so a recompile that Dynamo made because ``guard_fn`` changed gets the
 first compile's graph back, in one process and in a warm one (Note [Opaque
-reads in the AOTAutograd cache] in torch_subclass_rt/points/_opaque_reads.py).
+reads in the AOTAutograd cache] in torch_subclass_rt/points/opaque_reads.py).
 Marked :func:`harness.upstream_bug`: in mode ``native`` those releases give
 the first graph's values (xfail); with ``install()`` every release gives
 eager's. The ranks' case (DTensor, one cache for two ranks) is

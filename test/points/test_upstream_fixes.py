@@ -5,7 +5,7 @@ Every test is marked :func:`harness.upstream_bug` with the upstream PR and the
 releases that ship the bug: run in mode ``native`` (nothing installed) on
 such a release it must fail (xfail); with ``install()`` (``native+fixes``,
 ``forced``, ``backport``) or the patch series (``patched``) it must pass.
-The fixes are the points in ``torch_subclass_rt/points/_upstream_fixes.py``.
+The fixes are the points in the point modules named in each test's ``upstream_bug`` (points/__init__.py, Note [Upstream fixes]).
 Test names follow the upstream tests of the same cases.
 """
 

@@ -13,7 +13,7 @@ with the same habits. Here:
   (``_tensor_str.py``), for training (``_log_fw_bw_graphs``) and inference
   (``aot_dispatch_base_graph``) alike, with or without an opaque. Native
   2.12+ formats lazily; ``install()`` carries that for every graph
-  (points/_upstream_fixes.py, Note [Scope of the fixes outside the feature]).
+  (points/lazy_log_and_donated_buffers.py, Note [Scope of the fixes outside the feature]).
 * ``Outer(Inner)``: nested two deep, a reference opaque at both levels
   listed before the tensor, the opaques shared by the inputs, an in-place
   op on a detached view of an input that requires grad: the inner metadata

@@ -33,6 +33,7 @@ OURS = {
     "test/test_opaque_subclass_fixes.py": "test_upstream_fixes.py",
     "test/test_opaque_subclass_user_written.py": "test_user_written_subclasses.py",
     "test/test_opaque_lazy_members.py": "test_lazy_members.py",
+    "test/test_aot_metadata_repr_subclass.py": "test_no_repr_subclass_traced.py",
 }
 
 

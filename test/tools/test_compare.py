@@ -86,7 +86,7 @@ def test_fixed_by_install():
 # flatten context), trained under compile: torch 2.10.0 / 2.11.0 fail it
 # (GuardOnDataDependentSymNode: the AOT metadata log record is formatted
 # eagerly); install() carries 2.12's lazy formatting for every graph
-# (points/_upstream_fixes.py, Note [Scope of the fixes outside the feature]).
+# (points/lazy_log_and_donated_buffers.py, Note [Scope of the fixes outside the feature]).
 NO_REPR = '''
 import torch
 import torch.utils._pytree as pytree

@@ -132,6 +132,7 @@ CHANGES: tuple[str, ...] = (
     "dtensor",
     "derived_submesh",
     "lazy_log_and_donated_buffers",
+    "no_subclass_data_repr",
     # no series commit: forced mode only
     "forced_validation",
     # upstream fixes of the releases with native support (lazy_members also

@@ -1,7 +1,7 @@
 """Our AOTAutograd subclass runtime with opaque attrs: the code torch calls
 into once ``install()`` ran. Nothing here patches torch or builds a
 replacement; the points that put this code in torch's place are in
-``points/`` (``points/aot_autograd.py``).
+``points/`` (``points/subclass_runtime.py``).
 
 ``flatten`` builds subclass metadata and unwraps subclass arguments into the
 flat list (inner tensors, opaques, symints); ``wrap`` rebuilds subclasses from
@@ -37,7 +37,7 @@ gets, at trace time, an error naming the subclass and the attr (torch
 
 The other exception is a class of points, the fixes for torch 2.10/2.11
 bugs outside the feature that block parity with native 2.13
-(``points/_upstream_fixes.py``, Note [Scope of the fixes outside the feature]): they
+(``points/lazy_log_and_donated_buffers.py``, Note [Scope of the fixes outside the feature]): they
 apply to every graph, so a program that fails on stock 2.10/2.11 only
 because of such a bug (a subclass without a ``__repr__`` of its own,
 compiled) passes once ``install()`` ran. They never change a program that

@@ -24,7 +24,7 @@ function 2.13's generated backward epilogue calls; ours is our own
 generator for 2.11's functional epilogue, not a copy.
 
 Changes nothing but speed: the point
-``aot_autograd._backward_epilogue_functional`` (``points/aot_autograd.py``)
+``aot_autograd._backward_epilogue_functional`` (``points/subclass_runtime.py``)
 stands in for torch 2.11.0's ``runtime_wrappers._backward_epilogue_functional``
 and lets the original do everything but the subclass rebuild (backward tokens, the
 functionalized-rng offset). Every case the generated function does not

@@ -15,7 +15,7 @@ an entry saved in forced mode was loaded by native torch with the opaque
 slots silently dropped (the generated wrapper matched no case for them),
 and the compiled graph was called with too few inputs.
 
-torch 2.11 has none; ``install()`` adds ours there (points/aot_autograd.py).
+torch 2.11 has none; ``install()`` adds ours there (points/subclass_runtime.py).
 Note [install() is transparent without opaques]: a new attribute; nothing
 reads it on a path without opaques.
 """

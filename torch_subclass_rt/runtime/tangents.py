@@ -9,7 +9,7 @@ Replaces ``AOTDispatchAutograd.process_runtime_tangent`` in forced mode
 only (torch 2.13.0; the point ``aot_autograd.process_runtime_tangent``
 dispatches here); not installed on 2.10 / 2.11, whose
 function already passes a non-tensor attr through as its own flat leaf,
-which is all an opaque slot needs (points/aot_autograd.py). Note [install()
+which is all an opaque slot needs (points/subclass_runtime.py). Note [install()
 is transparent without opaques]: delegation. A tangent whose metadata holds
 no ``OpaqueMeta`` anywhere (a plain tensor, or any subclass without
 opaques) is handed to torch's own function with the very arguments it got.
