@@ -88,11 +88,6 @@ class Averaged(torch.Tensor):
         self.a = a
         self.handle = handle
 
-    def __repr__(self):
-        # Dynamo's TestCase puts a handler on the structured trace log, which
-        # makes torch 2.12-2.14 format the fake subclass (issue 152183)
-        return f"Averaged({self.a!r})"
-
     def __tensor_flatten__(self):
         return ["a", "handle"], None
 

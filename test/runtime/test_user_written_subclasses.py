@@ -27,7 +27,8 @@ The tests run without a handler on the structured-trace log (what
 one (torch's Dynamo ``TestCase`` adds one, pytest's log capture does),
 every release, native 2.13 included, formats the same metadata through
 ``payload_fn`` and fails for a subclass without a ``__repr__`` (issue
-152183, fixed upstream by PR 185632 after 2.13; not carried).
+152183's other half: install() fixes it too, tested with the handler in
+test_no_repr_subclass_traced.py).
 
 Runs in the mode named by TSRT_MODE (harness.py): 2.10 / 2.11 + install(),
 native 2.13 (the reference), forced 2.13, the patched series.

@@ -221,25 +221,20 @@ class TestCompare(unittest.TestCase):
             self.assertNotIn("broken by install()", out)
             self.assertIn("install() only fixes tests here; it breaks none", out)
 
-    def test_subclass_without_repr_is_fixed_on_backport_releases(self):
+    def test_subclass_without_repr_is_fixed_on_every_release(self):
         import tempfile
-
-        from torch_subclass_rt import _torch_compat
 
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
-            # without pytest's log capture, which hands torch's structured
-            # trace a handler: with one, every release formats the metadata
-            # for tlparse and fails alike (issue 152183, PR 185632 after 2.13)
-            proc = self.run_compare(NO_REPR, tmp, pytest_extra=("-p", "no:logging"))
+            # with pytest's log capture, which hands torch's structured trace
+            # a handler: stock torch formats the metadata for tlparse and
+            # fails on every release (issue 152183); install() fixes it
+            proc = self.run_compare(NO_REPR, tmp)
             out = proc.stdout
             self.assertEqual(proc.returncode, 0, out + proc.stderr)
-            if _torch_compat.torch_version() in _torch_compat.BACKPORT_VERSIONS:
-                self.assertIn("  fixed by install() (1):", out)
-                self.assertIn("test_train_no_repr_subclass: failed -> passed", out)
-                self.assertIn("stock: BackendCompilerFailed", out)
-            else:
-                self.assertIn("same outcome for all 1 tests", out)
+            self.assertIn("  fixed by install() (1):", out)
+            self.assertIn("test_train_no_repr_subclass: failed -> passed", out)
+            self.assertIn("stock: BackendCompilerFailed", out)
 
     def test_pytest_that_cannot_start_exits_two(self):
         import tempfile
