@@ -96,10 +96,14 @@ FIRST_RELEASES = ("2.12.0", "2.14.0")
 #: native+fixes fixes it: both modes run them on each of those releases
 CACHE_READS_TESTS = "test/points/test_opaque_reads_in_caches.py"
 CACHE_READS_RANKS = "test/distributed/test_dtensor_scenarios.py::TestOpaqueReadsRanks"
+#: issue 152183 under the structured trace (a few seconds): every release
+#: has it (xfail in plain native), install() fixes it
+NO_REPR_TRACED_TESTS = "test/runtime/test_no_repr_subclass_traced.py"
 FIRST_RELEASE_NATIVE = [
     FIX_TESTS,
     CACHE_READS_TESTS,
     CACHE_READS_RANKS,
+    NO_REPR_TRACED_TESTS,
     # PR 193452 (open upstream): registered members read eagerly
     LAZY_TESTS,
     # PR 180530: torch 2.12 refuses a ProcessGroup among inner attrs
@@ -272,7 +276,8 @@ def tests(session: nox.Session, torch: str) -> None:
         _run_suite(session, "native+fixes", os.path.join(dumps, "native+fixes"), env,
                    ignore=(RANKS_TESTS, COMPARE_TESTS, DTENSOR_SCENARIOS))
         _run_files(session, "native+fixes", [CACHE_READS_RANKS], env)
-        _run_files(session, "native", [FIX_TESTS, LAZY_TESTS, CACHE_READS_TESTS, CACHE_READS_RANKS], env)
+        _run_files(session, "native", [FIX_TESTS, LAZY_TESTS, CACHE_READS_TESTS, CACHE_READS_RANKS,
+                                       NO_REPR_TRACED_TESTS], env)
         if torch == "2.14.1":
             # the fixes upstream main lacks, as a ghstack-ready git-am series
             # (patches/upstream/): applies to v2.14.1, its in-tree tests pass
@@ -290,7 +295,8 @@ def tests(session: nox.Session, torch: str) -> None:
             external=True,
         )
         _run_files(session, "native+fixes", [FIX_TESTS, LAZY_TESTS, "test/patching/test_install.py",
-                                             CACHE_READS_TESTS, CACHE_READS_RANKS], env)
+                                             CACHE_READS_TESTS, CACHE_READS_RANKS,
+                                             NO_REPR_TRACED_TESTS], env)
         _instruction_gate(session, "native", env)
 
 
