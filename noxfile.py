@@ -71,6 +71,10 @@ DTENSOR_SCENARIOS = "test/distributed/test_dtensor_scenarios.py"
 PHYSICSNEMO_TESTS = "test/distributed/test_physicsnemo_shard_tensor.py"
 PHYSICSNEMO_REQUIREMENTS = "test/requirements-physicsnemo.txt"
 PHYSICSNEMO_TORCHES = ("2.10.0", "2.11.0", "2.13.0")
+#: its warm second launch over the first one's cache (about 15 s on 2.13):
+#: wrong grads on native 2.13 (xfail in the native suite), right with
+#: install() (2.13's native+fixes run)
+PHYSICSNEMO_WARM = f"{PHYSICSNEMO_TESTS}::TestShardTensorWarmLaunch"
 
 #: tests of ``python -m torch_subclass_rt compare``, which sets up its own
 #: stock and installed pytest runs (about a minute). What they check is the
@@ -296,7 +300,7 @@ def tests(session: nox.Session, torch: str) -> None:
         )
         _run_files(session, "native+fixes", [FIX_TESTS, LAZY_TESTS, "test/patching/test_install.py",
                                              CACHE_READS_TESTS, CACHE_READS_RANKS,
-                                             NO_REPR_TRACED_TESTS], env)
+                                             NO_REPR_TRACED_TESTS, PHYSICSNEMO_WARM], env)
         _instruction_gate(session, "native", env)
 
 

@@ -39,8 +39,10 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import tempfile
 import time
 import traceback
+import unittest
 
 import fixtures
 import harness
@@ -48,6 +50,8 @@ import pytest
 
 import torch
 import torch.distributed as dist
+
+from torch_subclass_rt.points.opaque_reads import FIX as OPAQUE_READS_FIX
 
 MODE = harness.current_mode()
 
@@ -307,8 +311,14 @@ def _rank_main(rank: int) -> dict:
     return {"compiles": compiles, "seconds": seconds}
 
 
+#: one Inductor cache directory for this module's launches, as ranks on a
+#: host share the default per-user one: the first launch is cold, a later
+#: one warm (TestShardTensorWarmLaunch)
+_CACHE = tempfile.TemporaryDirectory(prefix="tsrt-physicsnemo-cache-")
+
+
 def _run() -> list[dict]:
-    return fixtures.run_ranks(_rank_main, world=WORLD, timeout=TIMEOUT)
+    return fixtures.run_ranks(_rank_main, world=WORLD, timeout=TIMEOUT, cache_dir=_CACHE.name)
 
 
 def test_shard_tensor_mesh_as_inner_attr():
@@ -317,3 +327,26 @@ def test_shard_tensor_mesh_as_inner_attr():
     print("seconds per case:", [r["seconds"] for r in results])
     expected = {f"{b}/{name}": 1 for b in BACKENDS for name, *_ in SCENARIOS}
     assert [r["compiles"] for r in results] == [expected] * WORLD
+
+
+class TestShardTensorWarmLaunch(unittest.TestCase):
+    """The same cases in a second launch over the same cache directory,
+    served from the AOTAutograd and FX graph caches the first one filled.
+    ``redistribute_fwd_bwd``'s backward slices each rank's chunk of the
+    gradient, by a coordinate read off the mesh while tracing: native torch
+    2.12-2.14 hands the warm rank the other rank's graph (Note [Opaque reads
+    in the AOTAutograd cache], torch_subclass_rt/points/opaque_reads.py)."""
+
+    @harness.upstream_bug(
+        OPAQUE_READS_FIX, ("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
+        (AssertionError,), r"Tensor-likes are not close",
+    )
+    def test_warm_launch_shared_cache(self):
+        # the cold launch, unless test_shard_tensor_mesh_as_inner_attr ran it
+        for _launch in range(1 if os.listdir(_CACHE.name) else 2):
+            try:
+                results = _run()
+            except pytest.fail.Exception as e:  # a rank's failure, as an assertion
+                raise AssertionError(str(e)) from None
+        expected = {f"{b}/{name}": 1 for b in BACKENDS for name, *_ in SCENARIOS}
+        self.assertEqual([r["compiles"] for r in results], [expected] * WORLD)
