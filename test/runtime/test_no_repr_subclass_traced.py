@@ -61,6 +61,35 @@ class Wrapped(torch.Tensor):
         return tree_map_only(torch.Tensor, lambda o: Wrapped(o, handle), func(*args, **kwargs))
 
 
+class Outer(torch.Tensor):
+    """A wrapper whose own ``__repr__`` prints its inner tensor."""
+
+    @staticmethod
+    def __new__(cls, inner):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, inner.shape, dtype=inner.dtype, device=inner.device,
+            requires_grad=inner.requires_grad,
+        )
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __repr__(self):
+        return f"Outer({self.inner!r})"
+
+    def __tensor_flatten__(self):
+        return ["inner"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, size, stride):
+        return Outer(inner["inner"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        args, kwargs = tree_map_only(Outer, lambda x: x.inner, (args, kwargs or {}))
+        return tree_map_only(torch.Tensor, Outer, func(*args, **kwargs))
+
+
 class TestNoReprSubclassTraced(TestCase):
     # Dynamo's TestCase puts a handler on the structured-trace log (setUp)
 
@@ -84,6 +113,15 @@ class TestNoReprSubclassTraced(TestCase):
         self.assertEqual(out.a, (a @ w).tanh())
         self.assertEqual(x.grad.a, a.grad)
 
+    @harness.upstream_bug(FIX, BROKEN_ON, (Exception,), MATCH)
+    def test_nested_subclass_repr_over_one_without(self):
+        # the outer class prints its inner tensor, whose class has no
+        # __repr__: printing the outer formats the inner's fake data too
+        a = torch.randn(4, 3)
+        x = Outer(Wrapped(a.clone().requires_grad_(), Handle("h")))
+        out = torch.compile(lambda x: (x.sin() * 2), backend="aot_eager", fullgraph=True)(x)
+        self.assertEqual(out.inner.a, a.sin() * 2)
+
     def test_metadata_repr_describes_only_what_cannot_print(self):
         # the fix describes only what would have formatted its data
         from torch_subclass_rt.points.no_subclass_data_repr import field_repr
@@ -94,6 +132,8 @@ class TestNoReprSubclassTraced(TestCase):
 
         plain = torch.randn(2)
         self.assertEqual(field_repr([Named(plain, Handle("n")), 1]), "[Named!, 1]")
+        self.assertEqual(field_repr(Outer(Wrapped(plain, Handle("w")))),
+                         "<Outer shape=(2,) dtype=torch.float32 device=cpu>")
         self.assertEqual(field_repr(Wrapped(plain, Handle("w"))),
                          "<Wrapped shape=(2,) dtype=torch.float32 device=cpu>")
         self.assertEqual(field_repr((plain, {"k": 2})), repr((plain, {"k": 2})))

@@ -27,8 +27,9 @@ is formatted whenever the log has a handler.
 
 These two ``__repr__`` stand in for the dataclass-generated ones. A field is
 printed as the dataclass prints it (``repr``), except a wrapper subclass
-instance whose class has no ``__repr__`` of its own (alone, or in a list,
-tuple or dict): it is printed as ``<Type shape=... dtype=... device=...>``,
+instance whose class has no ``__repr__`` of its own, or that holds such an
+instance among its inner tensors (alone, or in a list, tuple or dict): it is
+printed as ``<Type shape=... dtype=... device=...>``,
 without formatting its data (trying and falling back is no option: the
 attempt leaves pending unbacked symbols in the fake mode, and Inductor then
 fails with PendingUnbackedSymbolNotFound). A subclass with its own
@@ -55,12 +56,22 @@ def _short(t: Any) -> str:
 
 
 def _prints_its_data(value: Any) -> bool:
-    """A wrapper subclass instance whose repr is ``Tensor.__repr__``, which
-    formats the data (on a fake: creates unbacked symbols, or fails)."""
+    """A wrapper subclass instance whose repr would format fake data: its
+    class has no ``__repr__`` of its own (``Tensor.__repr__`` formats the
+    data), or an inner tensor of it is such an instance (a nested subclass
+    whose own ``__repr__`` prints its inner tensors)."""
     import torch
     from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-    return is_traceable_wrapper_subclass(value) and type(value).__repr__ is torch.Tensor.__repr__
+    if not is_traceable_wrapper_subclass(value):
+        return False
+    if type(value).__repr__ is torch.Tensor.__repr__:
+        return True
+    try:
+        attrs, _ctx = value.__tensor_flatten__()
+    except Exception:  # noqa: BLE001 - an unflattenable instance: describe it
+        return True
+    return any(_prints_its_data(getattr(value, a, None)) for a in attrs)
 
 
 def field_repr(value: Any) -> str:
@@ -129,6 +140,7 @@ POINTS = [
             "0021 torch/_functorch/_aot_autograd/schemas.py::_describe_without_data",
             "0021 torch/_functorch/_aot_autograd/schemas.py::_metadata_field_repr",
             "0021 torch/_functorch/_aot_autograd/schemas.py::_metadata_repr",
+            "0021 torch/_functorch/_aot_autograd/schemas.py::_prints_fake_data",
         ),
         guarded_by=(
             "test/runtime/test_no_repr_subclass_traced.py::TestNoReprSubclassTraced::test_inference_with_structured_trace",
