@@ -170,7 +170,14 @@ class Recording:
     """The reads of one AOTAutograd compile, from its cache key to its save."""
 
     def __init__(self, key: str, roots: list[Any]) -> None:
+        from torch._guards import TracingContext
+
         self.key = key
+        # the compile this record belongs to: reads made in another (the
+        # next frame's Dynamo tracing, after a hit or a failed compile left
+        # this one behind) are not this graph's, and Dynamo must see the
+        # members unwrapped (it guards on what it reads)
+        self.context = TracingContext.try_get()
         self.aliasing = _aliasing(roots)
         self.paths: dict[int, tuple] = {}
         self.keep: list[Any] = list(roots)  # ids stay valid while recording
@@ -203,7 +210,13 @@ class Recording:
 
 
 def current() -> Recording | None:
-    return getattr(_local, "recording", None)
+    """The record of the compile under way, if any."""
+    from torch._guards import TracingContext
+
+    recording = getattr(_local, "recording", None)
+    if recording is None or TracingContext.try_get() is not recording.context:
+        return None
+    return recording
 
 
 def _evaluate(roots: list[Any], path: tuple) -> Any:
@@ -328,40 +341,58 @@ def _method_recorder(name: str, bound: Any) -> Any:
     return call
 
 
-def _build_fake_getattribute(original):
-    @functools.wraps(original)
-    def __getattribute__(self, name):
-        """Wraps ``FakeScriptObject.__getattribute__`` (torch 2.12.0 to
-        2.14.1). Differs: while AOTAutograd traces a graph it will cache
-        (Note [Opaque reads in the AOTAutograd cache]), a read of a
-        ``USE_REAL`` member of the real object is recorded, whether the fake
-        already holds it or ``__getattr__`` (registered members resolved
-        when read) resolves it now; a method comes back bound to the real
-        object through a recorder of its calls. Otherwise the release's."""
-        recording = current()
-        if recording is None or name in _FAKE_OWN or name.startswith("__"):
-            return original(self, name)
-        real = object.__getattribute__(self, "__dict__").get("real_obj")
-        if not _use_real(real, name):
-            return original(self, name)
-        try:
-            value = original(self, name)
-        except AttributeError:
-            # what Python does next (the lazy members' __getattr__, which
-            # resolves a registered member), done here so that this read
-            # is recorded too
-            getattr_ = getattr(type(self), "__getattr__", None)
-            if getattr_ is None:
-                raise
-            value = getattr_(self, name)
-        if inspect.ismethod(value) or isinstance(
-            value, (types.MethodWrapperType, types.BuiltinMethodType)
-        ):
-            return types.MethodType(_method_recorder(name, value), real)
-        recording.read(real, ("attr", name), value)
-        return value
+#: the release's ``FakeScriptObject.__getattribute__`` while the point is
+#: installed (a module global, not a closure: below)
+_release_getattribute: Any = None
 
-    return __getattribute__
+
+def _build_fake_getattribute(original):
+    global _release_getattribute
+    _release_getattribute = original
+    return _fake_getattribute
+
+
+def _fake_getattribute(self, name):
+    """Wraps ``FakeScriptObject.__getattribute__`` (torch 2.12.0 to 2.14.1).
+    Differs: while AOTAutograd traces a graph it will cache (Note [Opaque
+    reads in the AOTAutograd cache]), a read of a ``USE_REAL`` member of the
+    real object is recorded, whether the fake already holds it or
+    ``__getattr__`` (registered members resolved when read) resolves it
+    now; a method comes back bound to the real object through a recorder of
+    its calls. Otherwise the release's.
+
+    A module-level function reaching the release's through a global, not a
+    closure: Dynamo, tracing a read of a fake, guards on the closure of the
+    class's ``__getattribute__``, and the real object the guard meets at run
+    time has object's (AttributeError: 'method-wrapper' object has no
+    attribute '__func__')."""
+    original = _release_getattribute
+    import torch
+
+    if torch.compiler.is_dynamo_compiling() or name in _FAKE_OWN or name.startswith("__"):
+        return original(self, name)
+    recording = current()
+    if recording is None:
+        return original(self, name)
+    real = object.__getattribute__(self, "__dict__").get("real_obj")
+    if not _use_real(real, name):
+        return original(self, name)
+    try:
+        value = original(self, name)
+    except AttributeError:
+        # what Python does next (the lazy members' __getattr__, which
+        # resolves a registered member), done here so that this read is
+        # recorded too
+        getattr_ = getattr(type(self), "__getattr__", None)
+        if getattr_ is None:
+            raise
+        value = getattr_(self, name)
+    if inspect.ismethod(value) or isinstance(
+        value, (types.MethodWrapperType, types.BuiltinMethodType)
+    ):
+        return types.MethodType(_method_recorder(name, value), real)
+    recording.read(real, ("attr", name), value)
+    return value
 
 
 def _use_real(real: Any, name: str) -> bool:
