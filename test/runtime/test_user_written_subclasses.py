@@ -327,3 +327,70 @@ class TestDonatedBuffers(TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class _Counted(torch.Tensor):
+    """A wrapper subclass whose ``__repr__`` counts its calls."""
+
+    reprs = 0
+
+    @staticmethod
+    def __new__(cls, a):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, a.shape, dtype=a.dtype, device=a.device, requires_grad=a.requires_grad
+        )
+
+    def __init__(self, a):
+        self.a = a
+
+    def __repr__(self):
+        type(self).reprs += 1
+        return "_Counted"
+
+    def __tensor_flatten__(self):
+        return ["a"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, size, stride):
+        return _Counted(inner["a"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_map_only
+
+        args, kwargs = tree_map_only(_Counted, lambda x: x.a, (args, kwargs or {}))
+        return tree_map_only(torch.Tensor, _Counted, func(*args, **kwargs))
+
+
+class TestMetadataNotFormattedUnheard(unittest.TestCase):
+    """AOTAutograd's metadata log record is formatted only when a handler
+    hears it (torch 2.12 formats it lazily; the lazy_metadata_log points do
+    on 2.10 and 2.11): with nobody listening, compiling never reprs the
+    subclass (no structured-trace handler either, as in a user's process)."""
+
+    def _compile_unheard(self, fn, x):
+        from torch._logging._internal import trace_log
+
+        held = list(trace_log.handlers)
+        for h in held:
+            trace_log.removeHandler(h)
+        try:
+            torch._dynamo.reset()
+            _Counted.reprs = 0
+            out = torch.compile(fn, backend="aot_eager", fullgraph=True)(x)
+            return out, _Counted.reprs
+        finally:
+            for h in held:
+                trace_log.addHandler(h)
+
+    def test_training_record_not_formatted(self):
+        x = _Counted(torch.randn(4, requires_grad=True))
+        out, reprs = self._compile_unheard(lambda t: t.sin() * 2, x)
+        out.sum().backward()
+        self.assertEqual(reprs, 0)
+
+    def test_inference_record_not_formatted(self):
+        x = _Counted(torch.randn(4))
+        with torch.no_grad():
+            _out, reprs = self._compile_unheard(lambda t: t.cos() + 1, x)
+        self.assertEqual(reprs, 0)

@@ -105,6 +105,15 @@ _FAKE_CLASS = (
 
 #: (series, series file, test) -> why the test of ours is not in that series
 ONLY_OURS: dict[tuple[str, str, str], str] = {
+    **_listed("test/test_opaque_subclass_user_written.py", {
+        name: (
+            "not yet ported: added when the metadata repr fix (0021) made the lazy "
+            "log records (0018) no longer needed to compile, so that their own "
+            "effect, no repr when nobody listens, stays tested; 0019's in-tree file "
+            "has no repr-counting subclass"
+        )
+        for name in ("test_training_record_not_formatted", "test_inference_record_not_formatted")
+    }),
     **_listed("test/test_opaque_subclass_attrs.py", {
         "test_compiled_autograd_refused_on_torch_2_10": (
             "the v2.10.0 series checks this refusal under upstream's name: its case 2, "

@@ -129,6 +129,7 @@ POINTS = [
         "later makes the repr itself subclass-safe)",
         series=("0018 torch/_functorch/_aot_autograd/graph_compile.py::_log_fw_bw_graphs",),
         guarded_by=(
+            "test/runtime/test_user_written_subclasses.py::TestMetadataNotFormattedUnheard::test_training_record_not_formatted",
             "test/runtime/test_user_written_subclasses.py::TestNoReprSubclass::test_train_device_mesh_aot_eager",
             "test/runtime/test_user_written_subclasses.py::TestNoReprSubclass::test_train_device_mesh_inductor",
             "test/runtime/test_user_written_subclasses.py::TestNoReprSubclass::test_other_dim_names_recompile",
@@ -150,6 +151,7 @@ POINTS = [
         series=("0018 torch/_functorch/_aot_autograd/graph_capture.py::aot_dispatch_base_graph",),
         rebinds=("torch._functorch._aot_autograd.graph_compile",),
         guarded_by=(
+            "test/runtime/test_user_written_subclasses.py::TestMetadataNotFormattedUnheard::test_inference_record_not_formatted",
             "test/runtime/test_user_written_subclasses.py::TestNoReprSubclass::test_inference_device_mesh_aot_eager",
             "test/runtime/test_user_written_subclasses.py::TestNoReprSubclass::test_inference_device_mesh_inductor",
             "test/runtime/test_user_written_subclasses.py::TestNoReprSubclass::test_inference_handle_inductor",
