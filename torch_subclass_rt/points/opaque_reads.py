@@ -178,6 +178,7 @@ class Recording:
         # this one behind) are not this graph's, and Dynamo must see the
         # members unwrapped (it guards on what it reads)
         self.context = TracingContext.try_get()
+        self.roots = roots
         self.aliasing = _aliasing(roots)
         self.paths: dict[int, tuple] = {}
         self.keep: list[Any] = list(roots)  # ids stay valid while recording
@@ -233,12 +234,13 @@ def _evaluate(roots: list[Any], path: tuple) -> Any:
     return value
 
 
-def replays(record: Any, roots: list[Any]) -> bool:
-    """Whether every read of ``record`` gives the same value on ``roots``."""
+def replays(record: Any, roots: list[Any], aliasing: tuple[int, ...]) -> bool:
+    """Whether every read of ``record`` gives the same value on ``roots``
+    (whose sharing is ``aliasing``)."""
     if not isinstance(record, tuple) or len(record) != 2:
         return False
-    aliasing, reads = record
-    if aliasing != _aliasing(roots):
+    saved_aliasing, reads = record
+    if saved_aliasing != aliasing:
         return False
     for path, fp in reads:
         if path[0] >= len(roots):
@@ -290,10 +292,9 @@ def _build_iterate_over_candidates(original):
         ):
             yield from func(cls, local, remote_cache, key)
             return
-        roots = [recording.keep[i] for i in range(len(recording.aliasing))]
         for found in func(cls, local, remote_cache, key):
             # (entry, pickled content, whether it came from the local cache)
-            if replays(getattr(found[0], ENTRY_ATTR, None), roots):
+            if replays(getattr(found[0], ENTRY_ATTR, None), recording.roots, recording.aliasing):
                 yield found
 
     return classmethod(iterate_over_candidates)
