@@ -10,21 +10,13 @@ nothing here registers an opaque or patches anything at import.
 
 from __future__ import annotations
 
-import importlib
-import os
-import queue as queue_mod
-import sys
-import tempfile
-import time
-import traceback
-
 import harness
 import pytest
 
 import torch
 import torch.distributed as dist
 
-from torch_subclass_rt import demo
+from torch_subclass_rt import ranks
 from torch_subclass_rt._modes import Mode
 
 # --------------------------------------------------------------------------
@@ -246,90 +238,18 @@ def stock_and_installed(observe):
 # spawned gloo ranks
 
 
-def _rank_entry(rank: int, world: int, rendezvous: str, target: tuple[str, str], args: tuple,
-                results, cache_dir: str | None) -> None:
-    """A spawned rank: the mode, the test module, the process group, then
-    ``target(rank, *args)``; its result or traceback goes to the parent."""
-    ok = False
-    try:
-        if cache_dir is not None:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
-        # no conftest in a rank: the mode first, then the test module,
-        # whose code may need it (Note [The mode is set before a test
-        # module runs])
-        harness.setup_mode()
-        module, name = target
-        fn = getattr(importlib.import_module(module), name)
-        torch.set_num_threads(1)
-        import torch._inductor.config as inductor_config
-
-        inductor_config.compile_threads = 1
-        dist.init_process_group("gloo", rank=rank, world_size=world, init_method=rendezvous)
-        results.put(("ok", rank, fn(rank, *args)))
-        ok = True
-        dist.destroy_process_group()
-    except BaseException:  # noqa: BLE001 - everything goes to the parent
-        results.put(("error", rank, traceback.format_exc()))
-    finally:
-        results.close()
-        results.join_thread()
-        if not ok:
-            sys.stderr.flush()
-            os._exit(1)
-
-
 def run_ranks(fn, *args, world: int = 2, timeout: float, cache_dir: str | None = None) -> list:
     """``fn(rank, *args)`` in ``world`` spawned processes joined in one gloo
-    group; the ranks' results, by rank. ``fn`` is a module-level function of
-    a test module (a rank imports it by name). A rank that raises, dies
-    without reporting, or a run past ``timeout`` seconds fails the test
-    (``pytest.fail``) with the rank's traceback; no rank is left running.
+    group (torch_subclass_rt.ranks.run, with the mode under test set in
+    each rank before ``fn``'s module is imported); the ranks' results, by
+    rank. ``fn`` is a module-level function of a test module. A rank that
+    raises, dies without reporting, or a run past ``timeout`` seconds fails
+    the test with the rank's traceback; no rank is left running.
     ``cache_dir``: the Inductor cache directory of every rank (one for all,
     as the default per-user one is on a host)."""
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    # (why a file, not a port: torch_subclass_rt.demo.rendezvous_file)
-    meeting = tempfile.TemporaryDirectory(prefix="tsrt-ranks-")
-    target = (fn.__module__, fn.__qualname__)
-    procs = [
-        ctx.Process(
-            target=_rank_entry,
-            args=(r, world, demo.rendezvous_file(meeting.name), target, args, results, cache_dir),
-            daemon=True,
-        )
-        for r in range(world)
-    ]
-    done: dict[int, object] = {}
-    deadline = time.monotonic() + timeout
+    env = {} if cache_dir is None else {"TORCHINDUCTOR_CACHE_DIR": cache_dir}
     try:
-        for p in procs:
-            p.start()
-        while len(done) < world:
-            try:
-                status, rank, payload = results.get(timeout=0.5)
-            except queue_mod.Empty:
-                dead = [r for r, p in enumerate(procs) if r not in done and p.exitcode is not None]
-                if dead:
-                    try:  # a report may still be in the pipe
-                        status, rank, payload = results.get(timeout=2.0)
-                    except queue_mod.Empty:
-                        pytest.fail(f"rank {dead[0]} exited without reporting")
-                elif time.monotonic() > deadline:
-                    pytest.fail(f"timed out after {timeout:.0f}s")
-                else:
-                    continue
-            if status == "error":
-                pytest.fail(f"rank {rank} failed:\n{payload}")
-            done[rank] = payload
-        return [done[r] for r in range(world)]
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
-        results.close()
-        meeting.cleanup()
+        return ranks.run(fn, *args, world=world, timeout=timeout, env=env, setup=harness.setup_mode)
+    except ranks.RankFailure as e:
+        pytest.fail(str(e), pytrace=False)
 

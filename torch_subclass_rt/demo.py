@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
-import queue as queue_mod
 import sys
-import tempfile
 import time
-import traceback
 from typing import Any
 
 import torch
 
+from . import ranks
 from ._modes import Mode
 
 #: "auto" (whatever install() picks on this torch) and the install modes
@@ -353,46 +350,14 @@ def _short_status(requested: str) -> str:
     return f"mode={st.mode!r}, {len(st.points)} patch point(s)"
 
 
-def _worker(rank: int, cfg: DemoConfig, rendezvous: str, results) -> None:
-    """Entry point of one spawned rank. Reports ("ok", rank, result) or
-    ("error", rank, traceback) on ``results``; on error, exits at once
-    without tearing down the process group (a peer may be stuck in a
-    collective with us)."""
-    ok = False
-    try:
-        torch.set_num_threads(1)
-        _apply_mode(cfg.mode)
-        import torch._inductor.config as inductor_config
-        import torch.distributed as dist
-
-        inductor_config.compile_threads = 1
-        dist.init_process_group(
-            "gloo", rank=rank, world_size=cfg.world_size, init_method=rendezvous
-        )
-        result = _train(rank, cfg)
-        results.put(("ok", rank, result))
-        ok = True
-        dist.destroy_process_group()
-    except BaseException:  # noqa: BLE001 - everything goes to the parent
-        results.put(("error", rank, traceback.format_exc()))
-    finally:
-        results.close()
-        results.join_thread()
-        if not ok:
-            sys.stderr.flush()
-            os._exit(1)
+def _rank_main(rank: int, cfg: DemoConfig) -> dict[str, Any]:
+    """One spawned rank (torch_subclass_rt.ranks.run): the mode, then the run."""
+    _apply_mode(cfg.mode)
+    return _train(rank, cfg)
 
 
 # --------------------------------------------------------------------------
 # the parent
-
-
-def rendezvous_file(directory: str) -> str:
-    """Where spawned ranks meet: a file store in ``directory`` (a fresh
-    temporary one). A TCP port found free and closed before rank 0 binds it
-    can be taken in between by another run on the machine (two matrix
-    sessions side by side); a file of our own cannot."""
-    return "file://" + os.path.join(directory, "rendezvous")
 
 
 def run_ranks(cfg: DemoConfig, timeout: float = 300.0) -> list[dict[str, Any]]:
@@ -402,8 +367,6 @@ def run_ranks(cfg: DemoConfig, timeout: float = 300.0) -> list[dict[str, Any]]:
     soon as one rank fails, dies or the whole run passes ``timeout``
     seconds; every child is terminated (then killed) and reaped either way.
     """
-    import torch.multiprocessing as mp
-
     if cfg.mode not in MODES:
         raise ValueError(f"mode {cfg.mode!r}: expected one of {', '.join(MODES)}")
     if cfg.mesh not in MESH_KINDS:
@@ -414,60 +377,10 @@ def run_ranks(cfg: DemoConfig, timeout: float = 300.0) -> list[dict[str, Any]]:
         # the ranks install() first (mode "auto" / "backport" on 2.11)
         if device_mesh_type() is None and not _installs_device_mesh(cfg.mode):
             raise DemoFailure(_device_mesh_refusal())
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    meeting = tempfile.TemporaryDirectory(prefix="tsrt-ranks-")
-    procs = [
-        ctx.Process(
-            target=_worker, args=(r, cfg, rendezvous_file(meeting.name), results),
-            name=f"tsrt-demo-rank{r}", daemon=True,
-        )
-        for r in range(cfg.world_size)
-    ]
-    done: dict[int, dict[str, Any]] = {}
-    deadline = time.monotonic() + timeout
     try:
-        for p in procs:
-            p.start()
-        while len(done) < cfg.world_size:
-            try:
-                kind, rank, payload = results.get(timeout=0.2)
-            except queue_mod.Empty:
-                for r, p in enumerate(procs):
-                    if r not in done and p.exitcode is not None:
-                        # died without reporting (signal, os._exit); give a
-                        # report still in the pipe a moment to arrive
-                        try:
-                            kind, rank, payload = results.get(timeout=2.0)
-                            break
-                        except queue_mod.Empty:
-                            raise DemoFailure(
-                                f"rank {r} exited with code {p.exitcode} without reporting"
-                            ) from None
-                else:
-                    if time.monotonic() > deadline:
-                        raise DemoFailure(
-                            f"timed out after {timeout:.0f}s; ranks still running: "
-                            f"{[r for r in range(cfg.world_size) if r not in done]}"
-                        )
-                    continue
-            if kind == "error":
-                raise DemoFailure(f"rank {rank} failed:\n{payload}")
-            done[rank] = payload
-        for p in procs:
-            p.join(timeout=max(1.0, deadline - time.monotonic()))
-        return [done[r] for r in range(cfg.world_size)]
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
-        results.close()
-        meeting.cleanup()
+        return ranks.run(_rank_main, cfg, world=cfg.world_size, timeout=timeout, name="tsrt-demo-rank")
+    except ranks.RankFailure as e:
+        raise DemoFailure(str(e)) from None
 
 
 def format_report(cfg: DemoConfig, results: list[dict[str, Any]]) -> str:
