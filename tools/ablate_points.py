@@ -139,7 +139,13 @@ def select_units(
     "library" selects every "library.*" point) or an opt-in group
     ("dtensor": every point with ``group="dtensor"``), ablated as one unit
     whose tests are the union of its points' tests.
+
+    A point that requires a left-out one (``PatchPoint.requires``) is left
+    out with it, as install() would refuse it alone; the unit's tests stay
+    those of the points asked for.
     """
+    from torch_subclass_rt.patching.registry import with_dependents
+
     by_name = {p.name: p for p in points}
     names, groups = list(names), list(groups)
     unknown = [n for n in names if n not in by_name]
@@ -158,9 +164,9 @@ def select_units(
         if not members:
             raise SystemExit(f"group {group!r} selects no point for this torch/mode")
         tests = tuple(dict.fromkeys(t for p in members for t in p.guarded_by))
-        units.append((tuple(p.name for p in members), tests))
+        units.append((tuple(with_dependents([p.name for p in members], points)), tests))
     chosen = names if (names or groups) else list(by_name)
-    units.extend(((n,), tuple(by_name[n].guarded_by)) for n in chosen)
+    units.extend((tuple(with_dependents([n], points)), tuple(by_name[n].guarded_by)) for n in chosen)
     return units
 
 

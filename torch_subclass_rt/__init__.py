@@ -166,15 +166,29 @@ def _without_excluded(points: list, known: list) -> list:
 
     raw = os.environ.get(EXCLUDE_ENV, "")
     names = {n.strip() for n in raw.split(",") if n.strip()}
-    if not names:
-        return points
     unknown = names - {p.name for p in known}
     if unknown:
         raise ValueError(
             f"{EXCLUDE_ENV} names no patch point: {', '.join(sorted(unknown))} "
             "(`python -m torch_subclass_rt status --install` lists them)"
         )
-    return [p for p in points if p.name not in names]
+    kept = [p for p in points if p.name not in names]
+    unmet = registry.unmet_requirements(kept)
+    if unmet and not names:
+        point, needed = unmet[0]
+        raise registry.PatchError(
+            f"patch point {point.name} requires {needed}, which does not apply to this torch "
+            "and mode: a bug in torch_subclass_rt's registry (test/points/test_point_layout.py "
+            "checks it); nothing was installed"
+        )
+    if unmet:
+        point, needed = unmet[0]
+        raise ValueError(
+            f"{EXCLUDE_ENV} leaves out {needed}, which {point.name} requires; nothing was "
+            f"installed. Leave out {point.name} too (tools/ablate_points.py does), or keep "
+            f"{needed}."
+        )
+    return kept
 
 
 def uninstall() -> Status:

@@ -59,7 +59,7 @@ def _computed_fields(source: str) -> list[str]:
                     found.append(f"{at}: ** splat of {ast.unparse(k.value)}")
             elif k.arg == "name" and not literal_str(k.value):
                 found.append(f"{at}: name={ast.unparse(k.value)}")
-            elif k.arg in ("guarded_by", "series") and not (
+            elif k.arg in ("guarded_by", "series", "requires") and not (
                 isinstance(k.value, ast.Tuple) and all(literal_str(e) for e in k.value.elts)
             ):
                 found.append(f"{at}: {k.arg}={ast.unparse(k.value)}")

@@ -95,6 +95,13 @@ class PatchPoint:
     #: why a point that changes behaviour has no counterpart in the series
     #: (e.g. it only exists in forced mode); exclusive with ``series``
     series_none: str = ""
+    #: names of the points this one needs installed with it: it reads state
+    #: they leave (Note [State between points], patching/point_state.py) or
+    #: calls what they add. Each applies to every torch version and mode
+    #: this one does (test/points/test_point_layout.py); install() refuses a
+    #: selection that has this point without them, and the ablation leaves
+    #: this point out with them
+    requires: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.modes <= MODES:
@@ -466,3 +473,24 @@ def select(
     return [
         p for p in points if p.applies_to(version, mode) and (not p.group or p.group in groups)
     ]
+
+
+def unmet_requirements(points: Sequence[PatchPoint]) -> list[tuple[PatchPoint, str]]:
+    """(point, required name) for each ``requires`` entry of ``points`` that
+    ``points`` does not hold."""
+    names = {p.name for p in points}
+    return [(p, r) for p in points for r in p.requires if r not in names]
+
+
+def with_dependents(names: Iterable[str], points: Sequence[PatchPoint]) -> list[str]:
+    """``names`` and every point of ``points`` that requires one of them,
+    directly or through another: what must be left out together."""
+    out = list(dict.fromkeys(names))
+    grew = True
+    while grew:
+        grew = False
+        for p in points:
+            if p.name not in out and any(r in out for r in p.requires):
+                out.append(p.name)
+                grew = True
+    return out

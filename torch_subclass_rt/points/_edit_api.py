@@ -22,6 +22,7 @@ from .fake_opaque_attrs import attach, describe_flatten_attrs, opaque_attrs_of
 from .derived_submesh import is_opaque_node
 from .distributed_opaques import treat_as_opaque
 from .dtensor import flatten_ctx_ok
+from .dynamo_opaque_inputs import mark_opaque_attr_builder
 from .lazy_members import check_members_exist as check_registered_members_exist
 from .opaque_members import opaque_type_info, set_registered_members
 from .torch_2_11_base import (
@@ -44,8 +45,9 @@ __all__ = [
     "same_object",
     # partitioners: default_partition
     "is_opaque_node",
-    # dynamo: VariableBuilder._wrap, VariableBuilder.wrap_tensor (DTensor branch)
+    # dynamo: VariableBuilder._wrap, VariableBuilder.wrap_tensor (and its DTensor branch)
     "treat_as_opaque",
+    "mark_opaque_attr_builder",
     "flatten_ctx_ok",
     # parametrize, distributed (FSDP sync): is_opaque_attr above, and
     "is_reference_opaque_type",

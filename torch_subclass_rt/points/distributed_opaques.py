@@ -69,6 +69,7 @@ from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 from .. import _torch_compat
+from ..patching import point_state
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ._versions import ONLY_BACKPORT, per_release, RUNTIME
@@ -284,7 +285,7 @@ def treat_as_opaque(builder: Any, value: Any) -> bool:
     """Called from the edited ``VariableBuilder._wrap``: wrap this mesh /
     process group as an opaque graph input (set by the edited
     ``wrap_tensor`` for the inner attrs of a subclass input)."""
-    return bool(getattr(builder, "_tsrt_opaque_attr", False)) and (
+    return bool(point_state.OPAQUE_ATTR_BUILDERS.get(builder, False)) and (
         _torch_compat.is_reference_opaque_type(type(value))
     )
 
@@ -766,7 +767,9 @@ POINTS = [
             "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_mesh_attr_into_custom_op_is_runtime_mesh_cpu",
             "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
         ),
-        # the flag it reads is set by dynamo.VariableBuilder.wrap_tensor
+        # Note [State between points]: the builders it reads are marked by
+        # dynamo.VariableBuilder.wrap_tensor's edit
+        requires=("dynamo.VariableBuilder.wrap_tensor",),
         v2_11=dict(
             build=_build_wrap,
             reason="a mesh / process group inner attr is an opaque graph input, not a DeviceMeshVariable constant",

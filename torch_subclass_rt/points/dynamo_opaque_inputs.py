@@ -31,6 +31,7 @@ import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .._torch_compat import is_opaque_attr
+from ..patching import point_state
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ._versions import ONLY_BACKPORT, per_release
@@ -68,6 +69,15 @@ def _build_automatic_dynamic(original):
     )
 
 
+def mark_opaque_attr_builder(builder: Any) -> None:
+    """Called from the edited ``VariableBuilder.wrap_tensor``: ``builder``
+    wraps an inner attr of a subclass input, so a registered DeviceMesh /
+    ProcessGroup it meets is an opaque graph input (the edited
+    ``VariableBuilder._wrap``, points/distributed_opaques.py; Note [State
+    between points])."""
+    point_state.OPAQUE_ATTR_BUILDERS.set(builder, True)
+
+
 def _build_wrap_tensor(original):
     """``torch._dynamo.variables.builder.VariableBuilder.wrap_tensor`` (torch
     2.11.0) with two edits. Differs from 2.11: flatten attrs that are not
@@ -101,7 +111,7 @@ def _build_wrap_tensor(original):
                     # an opaque attr: a registered DeviceMesh / ProcessGroup
                     # is a graph input here, not 2.11's constant variable
                     # (dynamo.VariableBuilder._wrap)
-                    _tsrt_builder._tsrt_opaque_attr = True
+                    __tsrt__.mark_opaque_attr_builder(_tsrt_builder)
                     LazyVariableTracker.realize_all(_tsrt_builder(inner_value))
                 """,
             ),

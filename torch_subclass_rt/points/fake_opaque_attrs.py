@@ -40,13 +40,12 @@ from torch import Tensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .._torch_compat import is_opaque_attr, unwrap_fake_opaque
+from ..patching import point_state
 from ..patching.registry import PatchPoint
 from ..patching.source_edit import Edit, edited_function
 from ..runtime import errors
 from ._versions import ONLY_BACKPORT, per_release
 
-#: instance attribute on a MetaTensorDesc (private: not a dataclass field)
-_SLOT = "_tsrt_opaque_attrs"
 
 
 def describe_flatten_attrs(
@@ -75,13 +74,15 @@ def describe_flatten_attrs(
 
 
 def attach(desc: Any, opaques: dict[str, Any]) -> None:
+    """Called from the edited ``describe_tensor``: the opaque attrs of the
+    subclass ``desc`` describes."""
     if opaques:
-        object.__setattr__(desc, _SLOT, opaques)
+        point_state.DESC_OPAQUE_ATTRS.set(desc, opaques)
 
 
 def opaque_attrs_of(desc: Any) -> dict[str, Any]:
-    """The opaque attrs ``describe_tensor`` recorded on ``desc`` (may be empty)."""
-    return desc.__dict__.get(_SLOT) or {}
+    """The opaque attrs ``describe_tensor`` recorded for ``desc`` (may be empty)."""
+    return point_state.DESC_OPAQUE_ATTRS.get(desc) or {}
 
 
 def _tensor_attrs(x: Any) -> list[Tensor] | None:
@@ -300,8 +301,9 @@ POINTS = [
     PatchPoint(
         name="fake_tensors.MetaTensorDescriber.describe_tensor",
         target="torch._subclasses.meta_utils:MetaTensorDescriber.describe_tensor",
-        # the series adds MetaTensorDesc.opaque_attrs; we keep them on the
-        # desc instance (points/py says why)
+        # the series adds MetaTensorDesc.opaque_attrs; without a new field
+        # (a dataclass's fields are fixed), the package keeps them in
+        # point_state.DESC_OPAQUE_ATTRS
         series=(
             "0002 torch/_subclasses/meta_utils.py::MetaTensorDescriber.describe_tensor",
             "0002 torch/_subclasses/meta_utils.py::MetaTensorDesc",
@@ -319,6 +321,9 @@ POINTS = [
         series=("0002 torch/_subclasses/meta_utils.py::MetaConverter.meta_tensor",),
         build=_build_meta_tensor,
         reason="pass opaque attrs to __tensor_unflatten__; view replay of tensor attrs only",
+        # the opaque attrs it hands on are describe_tensor's
+        # (point_state.DESC_OPAQUE_ATTRS)
+        requires=("fake_tensors.MetaTensorDescriber.describe_tensor",),
         guarded_by=(
             "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",
         ),

@@ -424,6 +424,12 @@ POINTS = [
     ),
     PatchPoint(
         name="aot_autograd.AOTAutogradCache.save.opaque_reads",
+        # it saves the recording the cache key point started, with the reads
+        # the __getattribute__ point made into it
+        requires=(
+            "aot_autograd.autograd_cache_key.opaque_reads",
+            "library.FakeScriptObject.__getattribute__.opaque_reads",
+        ),
         target="torch._functorch._aot_autograd.autograd_cache:AOTAutogradCache.save",
         build=_build_save,
         reason="a cache entry carries the opaque member reads its graph was traced with",

@@ -217,6 +217,9 @@ POINTS = [
             "0001 torch/fx/experimental/proxy_tensor.py::_registered_opaque_real_obj",
         ),
         rebinds=("torch._higher_order_ops.executorch_call_delegate", "torch.export._trace"),
+        # the tracer's map of real objects to proxies that it reads is
+        # fx.set_proxy_slot's (Note [State between points])
+        requires=("fx.set_proxy_slot",),
         guarded_by=(
             "test/points/test_point_guards.py::TestPointGuards::test_dispatch_attached_handle_is_the_handle",
             "test/runtime/test_opaque_subclass_parity.py::TestOpaqueSubclassParityCPU::test_tangent_primal_proxy_collision_for_opaque_inner_attr_cpu",
