@@ -402,7 +402,7 @@ def reproducer(case: Case, seed: Any, error: str, data_seed: int = 0, check: str
 
 
 # --------------------------------------------------------------------------
-# generated subclass definitions (issue 22)
+# generated subclass definitions (written as users write them)
 #
 # The cases above vary programs over one subclass (FuzzTensor), written with
 # our own habits. A *generated* case also draws the subclass definitions:

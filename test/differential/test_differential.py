@@ -1,4 +1,4 @@
-"""Property-based differential tests (issue 8, and issue 12's transparency arm).
+"""Property-based differential tests (eager against compiled, and the transparency arm).
 
 Opaque arm (every mode: backport, native, forced): random subclass cases
 from ``gen.cases()`` - eager vs compiled (aot_eager; about one in ten with
@@ -7,7 +7,7 @@ inductor): values, output types, which opaque each output and grad carries
 recompile), then broken sharing (recompiles where the function reads the
 shared inputs; still equal). See ``run_case.check_case``.
 
-Definitions arm (every mode, issue 22): the subclass definitions are drawn
+Definitions arm (every mode): the subclass definitions are drawn
 too (``gen.gen_cases``: _make_wrapper_subclass or _make_subclass, with or
 without __repr__ / __torch_function__ / __coerce_tangent_metadata__, five
 kinds of flatten context, opaques of two registered types before, between or
@@ -225,7 +225,7 @@ class TestDifferentialOpaque(unittest.TestCase):
         cov.finish(self)
 
 
-#: the shapes every run of the definition arm must draw (issue 22)
+#: the shapes every run of the definition arm must draw
 REQUIRED_SHAPES = (
     "make=wrapper", "make=subclass", "repr", "no-repr",
     "torch_function=disabled", "torch_function=inherited",
@@ -523,7 +523,7 @@ class TestTransparencyFixed(unittest.TestCase):
         _stock_vs_install(self, run)
 
     def test_inductor_freezing_with_subclass_parameters(self):
-        # issue 12, bug 1 (fixed in b7ec23d): with install(), Inductor
+        # fixed in b7ec23d: with install(), Inductor
         # freezing passed None for frozen subclass parameters to our per-call
         # wrapper, which raised "expected a TwoTensor ... got a NoneType"; the
         # generated wrapper now hands such calls to torch's own loop.

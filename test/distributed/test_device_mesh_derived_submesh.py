@@ -1,4 +1,4 @@
-"""A submesh *derived* inside the traced code from a mesh input (issue 13).
+"""A submesh *derived* inside the traced code from a mesh input.
 
 torch 2.13 registers DeviceMesh with a ``reconstruct_fn``: when make_fx
 meets a DeviceMesh it does not track (a submesh the traced code derived,

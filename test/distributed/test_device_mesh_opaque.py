@@ -1,4 +1,4 @@
-"""A ``DeviceMesh`` / ``ProcessGroup`` itself as an inner attr (issue 13).
+"""A ``DeviceMesh`` / ``ProcessGroup`` itself as an inner attr.
 
 torch >= 2.12 registers both as reference opaques; on torch 2.11,
 ``install()`` does (points/_distributed_opaques.py). A sharded subclass lists
@@ -325,7 +325,7 @@ class TestDeviceMeshOpaque(TestCase):
     # What library code checks on the fake of a mesh / process group / user
     # opaque, as torch 2.13 answers (Note [isinstance of a fake DeviceMesh])
 
-    # The series does not carry these points yet (issue 23; tools/series_map.py
+    # The series does not carry these points yet (tools/series_map.py
     # NOT_YET_IN_SERIES_POINTS, and 0012 ports only the error half of the
     # __getattribute__ point, not its __class__): a patched torch answers as
     # torch 2.10/2.11 do. Porting them makes these pass, and the marker fail.
@@ -406,7 +406,7 @@ class TestDeviceMeshOpaque(TestCase):
         # a member read while tracing stays on the fake (members are read
         # when read, PR 193452): the mesh's ProcessGroups must not be copied.
         # Not on a patched torch: the series does not carry __deepcopy__ yet
-        # (issue 23; the manifest lists this case as not yet ported)
+        # (the manifest lists this case as not yet ported)
         if not self._NOT_IN_SERIES:
             try:
                 fake._pg_registry

@@ -1,4 +1,4 @@
-"""DeviceMesh / ProcessGroup / submesh as inner attrs over 2 gloo ranks (issue 13).
+"""DeviceMesh / ProcessGroup / submesh as inner attrs over 2 gloo ranks.
 
 test_device_mesh_opaque.py checks the single-process picture (a world-size-1
 default group); here two spawned ranks run a compiled forward + backward

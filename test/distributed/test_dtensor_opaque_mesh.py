@@ -240,7 +240,7 @@ class TestDTensorOpaqueMesh(TestCase):
         return local, out
 
     # The series does not carry fx.wrap_key / derived_submesh's
-    # partitioner edits yet (issue 23; tools/series_map.py
+    # partitioner edits yet (tools/series_map.py
     # NOT_YET_IN_SERIES_POINTS): a patched torch answers as torch 2.11 does.
     # Porting them makes these pass, and the marker fail.
     @harness.expected_failure(

@@ -1,4 +1,4 @@
-"""DTensor's compile scenarios over 2 gloo ranks (issue 23).
+"""DTensor's compile scenarios over 2 gloo ranks.
 
 With ``install(dtensor=True)`` on torch 2.11 DTensor's mesh is an opaque
 inner attr, a graph input whose fake (a FakeScriptObject) DTensor's own

@@ -1,4 +1,4 @@
-"""PhysicsNeMo's ShardTensor with its DeviceMesh as an inner attr (issue 23).
+"""PhysicsNeMo's ShardTensor with its DeviceMesh as an inner attr.
 
 A third-party subclass we did not write, adopting the feature as a user
 would: nvidia-physicsnemo 2.2.2's ``ShardTensor`` (a wrapper subclass whose

@@ -1,12 +1,12 @@
 """Registered opaque members are resolved when compiled code reads them
 (upstream PR 193452, open; issue 187505 items 3-4;
-``torch_subclass_rt/points/_lazy_members.py``).
+``torch_subclass_rt/points/lazy_members.py``).
 
 Every release with opaque members reads every registered member off the
 real object each time it fakifies the object, and binds ``INLINED`` methods
 to the real object. Marked :func:`harness.upstream_bug`: in mode ``native``
 the releases fail (xfail); with ``install()`` (``native+fixes``, and the
-2.10/2.11 backport, which carries the fix too) or the patch series (0018,
+2.10/2.11 backport, which carries the fix too) or the patch series (0020,
 ``patched``) they pass.
 """
 
@@ -24,7 +24,7 @@ MODE = harness.current_mode()
 
 #: every release with opaque members has the eager loop; the native ones
 #: (where mode "native" runs them as shipped) are listed. The 2.10/2.11
-#: backport carries the fix (and the series, patch 0018)
+#: backport carries the fix (and the series, patch 0020)
 _BROKEN_ON = ("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1")
 _FIX = "PR 193452 (open; issue 187505 items 3-4)"
 

@@ -1,4 +1,4 @@
-"""Parity with native torch beyond the thirteen upstream cases (issue 8).
+"""Parity with native torch beyond the thirteen upstream cases.
 
 Paths a user reaches with a subclass that holds opaque inner attrs, each of
 which broke on torch 2.11 + install() while native 2.13 works:
@@ -489,7 +489,7 @@ def _opaque_placeholders(gm):
 class TestUpstreamOpaqueObjV2(TestCase):
     """Our versions of upstream's test_opaque_obj_v2.py cases that touch
     tensor subclasses (or subclasses of opaque types) and that no other suite
-    here mirrors (issue 8). Named after upstream's tests; parametrized ones
+    here mirrors. Named after upstream's tests; parametrized ones
     by backend as upstream's ``parametrize`` names them."""
 
     def _compile(self, fn, backend="aot_eager"):

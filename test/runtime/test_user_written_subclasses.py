@@ -1,4 +1,4 @@
-"""Subclasses written the way users write them (issue 22).
+"""Subclasses written the way users write them (no ``__repr__``, other contexts and constructors).
 
 Every subclass in our other suites defines a ``__repr__`` and was written
 with the same habits. Here:
