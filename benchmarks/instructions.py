@@ -3,7 +3,7 @@
 Wall-clock figures on a shared 2-core machine vary by more than the
 differences they report (four identical runs of one configuration: 44 to 97
 extra µs per subclass input). Instruction counts do not: this runs the
-workload of ``benchmarks/scaling.py`` under valgrind's callgrind and counts
+workload (``benchmarks/workload.py``) under valgrind's callgrind and counts
 the instructions of
 
 * ``fwd``: ``[x * 2 + 1 for x in xs]``, and
@@ -55,7 +55,6 @@ import gc
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -64,9 +63,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import workload  # benchmarks/, beside this script (imports no torch)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-KINDS = ("fwd", "fwd+bwd")
+KINDS = workload.KINDS
 #: committed figures of the gate's configuration, per "torch mode"
 BASELINE = HERE / "instructions_baseline.json"
 #: most a gate figure may exceed its baseline, or (backport) native 2.13's
@@ -82,14 +83,6 @@ GATE_FIGURES = ("extra_per_input", "sub_per_call")
 
 
 # ---------------------------------------------------------------- the child
-
-
-def _forward(xs):
-    return [x * 2 + 1 for x in xs]
-
-
-def _forward_backward(xs):
-    return sum((x * 2 + 1).sum() for x in xs)
 
 
 class _Child:
@@ -128,43 +121,6 @@ class _Child:
         torch._C._valgrind_toggle_and_dump_stats()
         gc.enable()
         self.labels.append(label)
-
-
-def _fresh_fn(kind: str, tag: str):
-    """A new code object per compiled function (Dynamo caches per code
-    object: the two variants never check each other's guards)."""
-    import types
-
-    template = _forward if kind == "fwd" else _forward_backward
-    code = template.__code__.replace(co_name=re.sub(r"\W", "_", f"{template.__name__}_{tag}"))
-    return types.FunctionType(code, template.__globals__, code.co_name)
-
-
-def _inputs(n: int, opaques: str, subclass: bool, grad: bool) -> list[Any]:
-    import torch
-
-    from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
-
-    shared = MeshHandle("shared")
-    xs = []
-    for i in range(n):
-        local = torch.randn(8, requires_grad=grad)
-        if subclass:
-            local = MeshTensor(local, shared if opaques == "shared" else MeshHandle(f"m{i}"))
-        xs.append(local)
-    return xs
-
-
-def _step(kind: str, compiled):
-    if kind == "fwd":
-        return compiled
-
-    def step(xs):
-        compiled(xs).backward()
-        for x in xs:
-            x.grad = None
-
-    return step
 
 
 def _calls(step, xs, k: int) -> None:
@@ -216,9 +172,9 @@ def child_main(args: argparse.Namespace) -> int:
     # a process's first compile pays one-time imports and caches: keep them
     # out of the first configuration's compile figure (uninstrumented, fast)
     for kind in args.kinds:
-        step = _step(kind, torch.compile(_fresh_fn(kind, "warmup"), backend=args.backend,
+        step = workload.step(kind, torch.compile(workload.fresh_fn(kind, "warmup"), backend=args.backend,
                                          fullgraph=True))
-        xs = _inputs(2, "distinct", True, kind != "fwd")
+        xs = workload.inputs(2, "distinct", True, kind != "fwd")
         _calls(step, xs, 3)
         torch._dynamo.reset()
     for n in args.n:
@@ -229,10 +185,10 @@ def child_main(args: argparse.Namespace) -> int:
                 compile_counted = args.compile and n in args.compile_n
                 child.instrument(compile_counted)
                 for variant in ("sub", "plain"):
-                    xs = _inputs(n, opaques, variant == "sub", kind != "fwd")
-                    compiled = torch.compile(_fresh_fn(kind, f"{variant}_{tag}"),
+                    xs = workload.inputs(n, opaques, variant == "sub", kind != "fwd")
+                    compiled = torch.compile(workload.fresh_fn(kind, f"{variant}_{tag}"),
                                              backend=args.backend, fullgraph=True)
-                    step = _step(kind, compiled)
+                    step = workload.step(kind, compiled)
                     if compile_counted:
                         child.region(f"compile/{variant}/{tag}", step, xs)
                     else:

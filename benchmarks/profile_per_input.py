@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import scaling  # noqa: E402
+import workload  # noqa: E402
 
 
 def _is(func, names, file_part=""):
@@ -86,7 +87,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mode", choices=["native", "backport", "forced"])
     parser.add_argument("--n", type=int, default=100)
-    parser.add_argument("--kind", choices=scaling.KINDS, default="fwd+bwd")
+    parser.add_argument("--kind", choices=workload.KINDS, default="fwd+bwd")
     parser.add_argument("--calls", type=int, default=50)
     args = parser.parse_args()
 
@@ -102,9 +103,9 @@ def main() -> int:
 
     steps, fns, inputs = {}, {}, {}
     for variant in ("sub", "plain"):
-        xs = scaling._inputs(n, "distinct", variant == "sub", grad)
-        fn = scaling._fresh_fn(args.kind, f"profile-{variant}")
-        step = scaling._step(args.kind, torch.compile(fn, backend="aot_eager", fullgraph=True))
+        xs = workload.inputs(n, "distinct", variant == "sub", grad)
+        fn = workload.fresh_fn(args.kind, f"profile-{variant}")
+        step = workload.step(args.kind, torch.compile(fn, backend="aot_eager", fullgraph=True))
         for _ in range(20):
             step(xs)
         steps[variant], fns[variant], inputs[variant] = step, fn, xs

@@ -36,55 +36,12 @@ import json
 import statistics
 import sys
 import time
-import types
 from pathlib import Path
 from typing import Any
 
-KINDS = ("fwd", "fwd+bwd")
+import workload  # benchmarks/, beside this script (imports no torch)
 
-
-def _forward(xs):
-    return [x * 2 + 1 for x in xs]
-
-
-def _forward_backward(xs):
-    return sum((x * 2 + 1).sum() for x in xs)
-
-
-def _fresh_fn(kind: str, tag: str):
-    """A new code object per compiled function: Dynamo's cache is per code
-    object, so the subclass and plain variants never check each other's
-    guards (as two different user functions would not)."""
-    template = _forward if kind == "fwd" else _forward_backward
-    code = template.__code__.replace(co_name=f"{template.__name__}_{tag}".replace("-", "_"))
-    return types.FunctionType(code, template.__globals__, code.co_name)
-
-
-def _inputs(n: int, opaques: str, subclass: bool, grad: bool) -> list[Any]:
-    import torch
-
-    from torch_subclass_rt.examples.mesh_tensor import MeshHandle, MeshTensor
-
-    shared = MeshHandle("shared")
-    xs = []
-    for i in range(n):
-        local = torch.randn(8, requires_grad=grad)
-        if subclass:
-            local = MeshTensor(local, shared if opaques == "shared" else MeshHandle(f"m{i}"))
-        xs.append(local)
-    return xs
-
-
-def _step(kind: str, compiled):
-    if kind == "fwd":
-        return compiled
-
-    def step(xs):
-        compiled(xs).backward()
-        for x in xs:
-            x.grad = None
-
-    return step
+KINDS = workload.KINDS
 
 
 def _timed(fn, xs, calls: int) -> float:
@@ -102,15 +59,15 @@ def measure(n: int, opaques: str, kind: str, calls: int, repeats: int, backend: 
     row: dict[str, Any] = {"n": n, "opaques": opaques, "kind": kind}
     steps = {}
     compile_s: dict[str, list[float]] = {"sub": [], "plain": []}
-    inputs = {variant: _inputs(n, opaques, variant == "sub", grad) for variant in ("sub", "plain")}
+    inputs = {variant: workload.inputs(n, opaques, variant == "sub", grad) for variant in ("sub", "plain")}
     for r in range(compile_repeats):  # in turn, so drift hits both alike
         for variant in ("sub", "plain"):
             xs = inputs[variant]
             compiled = torch.compile(
-                _fresh_fn(kind, f"{variant}-{n}-{opaques}-{kind}-{r}"), backend=backend,
+                workload.fresh_fn(kind, f"{variant}-{n}-{opaques}-{kind}-{r}"), backend=backend,
                 fullgraph=True,
             )
-            step = _step(kind, compiled)
+            step = workload.step(kind, compiled)
             t0 = time.perf_counter()
             step(xs)
             compile_s[variant].append(time.perf_counter() - t0)
