@@ -431,7 +431,7 @@ def lowest_figures(runs: list[list[dict]]) -> list[dict]:
     return lowest
 
 
-def measure_gate(mode: str, baseline: dict, env: dict | None = None,
+def measure_gate(mode: str, baseline: dict, env: dict | None = None, processes: int = GATE_PROCESSES,
                  measure_fn=None) -> tuple[dict, list[dict], int]:
     """The gate's rows: measured once, and again in a fresh process while
     a figure fails (up to GATE_PROCESSES), each figure's lowest kept.
@@ -445,13 +445,14 @@ def measure_gate(mode: str, baseline: dict, env: dict | None = None,
         info = info or run_info
         runs.append(rows)
         rows = lowest_figures(runs)
-        if not gate_check(rows, baseline) or len(runs) >= GATE_PROCESSES:
+        if not gate_check(rows, baseline) or len(runs) >= processes:
             return info, rows, len(runs)
         print(f"instruction gate: a figure is above its limit in process {len(runs)}; "
               "measuring again in a fresh process (the gate holds each figure's lowest)")
 
 
-def run_gate(mode: str, accept_flag: bool, baseline_path: Path, env: dict | None = None) -> int:
+def run_gate(mode: str, accept_flag: bool, baseline_path: Path, env: dict | None = None,
+             processes: int = GATE_PROCESSES) -> int:
     t0 = time.monotonic()
     baseline = json.loads(baseline_path.read_text()) if baseline_path.exists() else {}
     if accept_flag:
@@ -459,7 +460,7 @@ def run_gate(mode: str, accept_flag: bool, baseline_path: Path, env: dict | None
                              [], env=env)
         processes = 1
     else:
-        info, rows, processes = measure_gate(mode, baseline, env)
+        info, rows, processes = measure_gate(mode, baseline, env, processes)
     print_table(rows)
     if info["slowed_calls"] is not None:
         print(f"TSRT_BENCH_SLOWDOWN: slowed {info['slowed_calls']} calls of the generated "
@@ -506,6 +507,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--accept", action="store_true",
                         help="with --gate: record this run as the baseline")
     parser.add_argument("--baseline", default=str(BASELINE), help=argparse.SUPPRESS)
+    parser.add_argument("--gate-processes", type=int, default=GATE_PROCESSES,
+                        help=f"with --gate: at most this many processes measure a failing figure "
+                             f"(default {GATE_PROCESSES})")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--request-fd", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--ack-dir", help=argparse.SUPPRESS)
@@ -525,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     mode = args.mode or _default_mode()
     if args.gate:
         accept_flag = args.accept or os.environ.get("TSRT_BENCH_ACCEPT") == "1"
-        return run_gate(mode, accept_flag, Path(args.baseline))
+        return run_gate(mode, accept_flag, Path(args.baseline), processes=args.gate_processes)
     t0 = time.monotonic()
     _, rows = measure(mode, args.n, args.kinds, args.opaques, args.calls,
                       args.compile_n if args.compile else [], args.backend, verbose=True)

@@ -213,6 +213,12 @@ class TestInstructionGateProcesses(unittest.TestCase):
         self.assertEqual(len(calls), instructions.GATE_PROCESSES)
         self.assertTrue(instructions.gate_check(rows, self.baseline))
 
+    def test_processes_bound_the_measurements(self):
+        measure, calls = self._measure([{"sub_per_call": 1.05}])
+        _info, _rows, processes = instructions.measure_gate("native", self.baseline,
+                                                            measure_fn=measure, processes=1)
+        self.assertEqual((processes, len(calls)), (1, 1))
+
 
 @unittest.skipIf(shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,
                  "valgrind is not installed (the instruction gate's nox step needs it)")
@@ -222,15 +228,19 @@ class TestInstructionGateSlowedWrapper(unittest.TestCase):
     def test_gate_fails_on_slowed_wrapper(self):
         # two extra Python calls per subclass input per call: about 2.5 k
         # instructions, some 9 % of the forward's extra per input at N = 10
-        # (ten calls measured 41.5 k against 28.9 k: 1.44x)
+        # (ten calls measured 41.5 k against 28.9 k: 1.44x). One process: a
+        # regression fails in every one (TestInstructionGateProcesses), and
+        # four callgrind runs took 3.6 minutes of the matrix
         proc = subprocess.run(
-            [sys.executable, INSTRUCTIONS, "--gate", "--mode", MODE], capture_output=True,
+            [sys.executable, INSTRUCTIONS, "--gate", "--mode", MODE, "--gate-processes", "1"],
+            capture_output=True,
             text=True, env={**os.environ, "PYTHONPATH": str(ROOT), "TSRT_BENCH_SLOWDOWN": "2"},
             timeout=1200,
         )
         self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
         self.assertRegex(proc.stdout, r"TSRT_BENCH_SLOWDOWN: slowed [1-9]\d* calls")
         self.assertIn("instruction gate FAILED", proc.stdout)
+        self.assertIn("(lowest of 1 process(es)", proc.stdout)
         self.assertRegex(proc.stdout, r"/fwd: extra_per_input .* is 1\.\d+x the committed "
                                       r"baseline .*the per-call path got slower")
 
