@@ -176,6 +176,7 @@ def ablate(
     names: Iterable[str] = (),
     groups: Iterable[str] = (),
     jobs: int = 1,
+    known: Outcomes | None = None,
 ) -> Report:
     """The check run and one run per unit (see :func:`select_units`).
 
@@ -183,13 +184,20 @@ def ablate(
     them: it is the longest run (every named test), and on its own it left
     all but one of ``jobs`` idle. So a unit also runs the named tests the
     check then finds skipped on this torch/mode; those are dropped from its
-    result afterwards, which gives the report a check-first run would."""
+    result afterwards, which gives the report a check-first run would.
+
+    ``known``: outcomes of a run with every point installed that already
+    happened (the session's suite, ``--check-junit``); the check runs only
+    the named tests it lacks."""
     units = select_units(points, names, groups)
     named = list(dict.fromkeys(t for _, tests in units for t in tests))
+    known = known or {}
+    to_check = [t for t in named if t not in known]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        check_run = pool.submit(run, (), named) if named else None
+        check_run = pool.submit(run, (), to_check) if to_check else None
         unit_runs = [pool.submit(run, ex, tests) if tests else None for ex, tests in units]
-        check = check_run.result() if check_run is not None else {}
+        check = dict(check_run.result()) if check_run is not None else {}
+        check.update({t: known[t] for t in named if t in known})
         check = {t: check.get(t, "missing") for t in named}
         results: list[Result] = []
         no_tests: list[str] = []
@@ -339,6 +347,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("-j", "--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2),
                     help="pytest processes at a time")
     ap.add_argument("--log-dir", type=Path, help="keep each run's pytest output here")
+    ap.add_argument("--check-junit", type=Path,
+                    help="the JUnit XML of a run of the suite with every point installed, in "
+                         "this mode: the check runs only the named tests it does not hold")
     ap.add_argument("--discover", nargs="+", metavar="TEST",
                     help="run these tests (files or node ids) per dropped point; print the failures")
     args = ap.parse_args(argv)
@@ -368,7 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.discover:
         print(discover(points, run, args.discover, args.point, args.group, args.jobs))
         return 0
-    report = ablate(points, run, args.point, args.group, args.jobs)
+    known = parse_junit(args.check_junit.read_text()) if args.check_junit else None
+    report = ablate(points, run, args.point, args.group, args.jobs, known=known)
     print(format_report(report, points))
     return 0 if report.ok else 1
 

@@ -30,7 +30,7 @@ changes nothing): subclasses without opaques, the same random program
 compiled stock and with install() in one process, everything observable
 compared (``run_case.observe``).
 
-Examples per test: ``TSRT_FUZZ_EXAMPLES`` (default 200; the matrix runs 100),
+Examples per test: ``TSRT_FUZZ_EXAMPLES`` (default 200; the matrix runs 60),
 ``TSRT_FUZZ_DEF_EXAMPLES`` for the definitions arm (default: the same);
 ``TSRT_FUZZ_SEED`` picks another deterministic sequence;
 ``TSRT_FUZZ_INDUCTOR_SHARE`` (default 0.05) the share compiled with inductor. A failure prints a

@@ -460,6 +460,17 @@ class TestAblatePoints(unittest.TestCase):
                          [(("a.one",), ("t1",)), (("a.two",), ("t2",))])
         self.assertEqual(report.no_tests, ["a.three"])
 
+    def test_known_outcomes_shorten_the_check(self) -> None:
+        # the session's suite already ran t1 with every point: the check
+        # runs only t2, and t1's known skip leaves it out of its unit
+        points = [_point("a.one", "t1"), _point("a.two", "t2")]
+        run = FakeRunner({"t2": ["a.two"]})
+        report = ablate_points.ablate(points, run, known={"t1": "skipped", "t9": "passed"})
+        self.assertIn(((), ("t2",)), run.calls)
+        self.assertNotIn(((), ("t1", "t2")), run.calls)
+        self.assertEqual([(r.excluded, r.tests) for r in report.results], [(("a.two",), ("t2",))])
+        self.assertEqual(report.check, {"t1": "skipped", "t2": "passed"})
+
     def test_group_is_left_out_together(self) -> None:
         points = [_point("a.one", "t1"), _point("a.two", "t1"), _point("b.three", "t3")]
         run = FakeRunner({"t1": ["a.one"], "t3": ["b.three"]})
