@@ -18,8 +18,10 @@ and checks:
   ``points.SERIES_WITHOUT_POINT`` with the reason it needs none;
 * every series entry a point names is a change the series makes;
 * every point that applies to this version and changes behaviour names at
-  least one series entry; ``series_none`` is accepted there only for the
-  opt-in groups in :data:`NOT_YET_IN_SERIES_GROUPS`.
+  least one series entry; ``series_none`` is accepted only from a point
+  that does not apply to this version (a forced-mode or native+fixes
+  point). There is no list of points "not ported yet": a point that
+  changes behaviour on a series' torch has its patch, or this check fails.
 
 So adding a point without its series counterpart, or a hunk without its
 point, fails (``test/series/test_series_map.py``). Without problems it prints the
@@ -54,27 +56,6 @@ if __package__ in (None, ""):
 
 from tools._common import PATCHES_ROOT, ToolError, main_wrapper, series, series_dir  # noqa: E402
 
-#: opt-in point groups whose points may say ``series_none`` although they
-#: apply to the series' torch version: the group's change is not in the
-#: series yet. Remove a group from here in the change that adds its patch.
-NOT_YET_IN_SERIES_GROUPS: Mapping[str, str] = {}
-
-#: single points, outside any group, that may say ``series_none`` for the
-#: same reason: their change is not ported into the series yet (a debt
-#: named by its issue). Remove a point from here in the change that ports it.
-NOT_YET_IN_SERIES_POINTS: Mapping[str, str] = {
-    name: "fakes of DeviceMesh / ProcessGroup / user opaques as on torch 2.13"
-    for name in (
-        "library.FakeScriptObject.__hash__",
-        "library.FakeScriptObject.__deepcopy__",
-        "utils.weak._WeakHashRef",
-        "dynamo.TorchInGraphFunctionVariable.call_function",
-        "fx.wrap_key",
-        "partitioners._extract_fwd_bwd_modules",
-        "aot_autograd._aot_stage2a_partition",
-    )
-}
-
 # Note [One numbering for every series]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 #     The series for an older base is the newest series ported to it: its
@@ -103,6 +84,9 @@ LEFT_OUT_OF_SERIES: Mapping[str, Mapping[str, str]] = {
             "flatten context)"
             for n in ("0014", "0015")
         },
+        "0023": "a real opaque a traced function returns (the mesh of a DTensor output "
+        "while AOTAutograd traces over a Dynamo-compiled function): needs DTensor's "
+        "mesh as an inner attr (0014), which 2.10 is left without",
     },
 }
 
@@ -389,7 +373,6 @@ def check(
     changes: Sequence[Change],
     without_point: Mapping[str, str],
     version: str,
-    pending_groups: Mapping[str, str] = NOT_YET_IN_SERIES_GROUPS,
     series_versions: Iterable[str] | None = None,
     left_out: Mapping[str, str] | None = None,
 ) -> MapResult:
@@ -430,13 +413,11 @@ def check(
             claimed_by.setdefault(entry, []).append(p.name)
         if not applies or p.speed_only or p.series:
             continue
-        if p.series_none and (p.group in pending_groups or p.name in NOT_YET_IN_SERIES_POINTS):
-            continue
         if p.series_none:
             problems.append(
                 f"point {p.name}: applies to torch {version} and changes behaviour, but "
-                f"says it has no series counterpart ({p.series_none!r}); only the groups "
-                f"{sorted(pending_groups)} may: port it into patches/v{version} and name "
+                f"says it has no series counterpart ({p.series_none!r}): port it into "
+                f"patches/v{version} (CONTRIBUTING.md, 'Points and the series') and name "
                 "the entries in its `series`"
             )
         else:

@@ -325,22 +325,12 @@ class TestDeviceMeshOpaque(TestCase):
     # What library code checks on the fake of a mesh / process group / user
     # opaque, as torch 2.13 answers (Note [isinstance of a fake DeviceMesh])
 
-    # The series does not carry these points yet (tools/series_map.py
-    # NOT_YET_IN_SERIES_POINTS, and 0012 ports only the error half of the
-    # __getattribute__ point, not its __class__): a patched torch answers as
-    # torch 2.10/2.11 do. Porting them makes these pass, and the marker fail.
-    _NOT_IN_SERIES = MODE == "patched"
-
     def _fakes(self, obj):
         from torch._library.fake_class_registry import maybe_to_fake_obj
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         return [maybe_to_fake_obj(FakeTensorMode(), obj) for _ in range(2)]
 
-    @harness.expected_failure(
-        AssertionError, r"is not an instance of <class 'torch\.distributed\.device_mesh\.DeviceMesh'>",
-        "a fake DeviceMesh's __class__ is not ported into the series", when=_NOT_IN_SERIES,
-    )
     def test_fake_mesh_isinstance(self, device):
         from torch._library.fake_class_registry import FakeScriptObject
         from torch.distributed.distributed_c10d import ProcessGroup
@@ -354,10 +344,6 @@ class TestDeviceMeshOpaque(TestCase):
         mesh = fixtures.mesh("dp")
         self.assertTrue(mesh == self._fakes(mesh)[0])
 
-    @harness.expected_failure(
-        AssertionError, r"Scalars are not equal|False is not true",  # 2.11: hash; 2.10: ==
-        "fakes of one object hash alike: not ported into the series", when=_NOT_IN_SERIES,
-    )
     def test_fakes_of_one_object_equal(self, device):
         for obj, other in ((fixtures.mesh("dp"), fixtures.mesh("tp")), (Handle(1), Handle(1)), (fixtures.new_group(), fixtures.new_group())):
             fake, fake2 = self._fakes(obj)
@@ -377,23 +363,15 @@ class TestDeviceMeshOpaque(TestCase):
         # the proxy tracer keeps fakes by identity (torch 2.13: by id), so
         # two fakes of one object (two inputs sharing it) stay two inputs
         from torch.fx.experimental import proxy_tensor
-        from torch.utils.weak import WeakIdKeyDictionary
 
         if harness.torch_major_minor() >= (2, 12):
-            # the proxy tracer keeps opaques in its opaque_tracker, by id;
-            # proxy_tensor._WeakHashRef (2.14 has it again) no longer holds them
+            # the proxy tracer keeps opaques in its opaque_tracker, by id
             self.skipTest("torch >= 2.12 tracks opaques by id (opaque_tracker)")
         fake, fake2 = self._fakes(fixtures.mesh("dp"))
-        ref_type = proxy_tensor._WeakHashRef
-        tracker = WeakIdKeyDictionary(dict=None, ref_type=ref_type)
+        tracker = proxy_tensor.PythonKeyTracer().script_object_tracker
         tracker[fake], tracker[fake2] = 1, 2
         self.assertEqual((len(tracker), tracker[fake], tracker[fake2]), (2, 1, 2))
 
-    @harness.expected_failure(
-        AssertionError, r"False is not true",
-        "fakes of one object equal: v2.10.0 leaves 0014's FakeScriptObject.__eq__ out",
-        when=_NOT_IN_SERIES and harness.torch_major_minor() == (2, 10),
-    )
     def test_fake_mesh_deepcopy(self, device):
         # a graph module whose metadata holds a fake mesh is deep-copied;
         # the copy is a fake of an equal mesh, its members read off it
@@ -404,23 +382,16 @@ class TestDeviceMeshOpaque(TestCase):
         mesh = fixtures.mesh("dp")
         fake, _ = self._fakes(mesh)
         # a member read while tracing stays on the fake (members are read
-        # when read, PR 193452): the mesh's ProcessGroups must not be copied.
-        # Not on a patched torch: the series does not carry __deepcopy__ yet
-        # (the manifest lists this case as not yet ported)
-        if not self._NOT_IN_SERIES:
-            try:
-                fake._pg_registry
-            except AttributeError:  # torch 2.10's DeviceMesh has no such member
-                pass
+        # when read, PR 193452): the mesh's ProcessGroups must not be copied
+        try:
+            fake._pg_registry
+        except AttributeError:  # torch 2.10's DeviceMesh has no such member
+            pass
         copied = copy.deepcopy({"val": fake})["val"]
         self.assertIs(type(copied), FakeScriptObject)
         self.assertTrue(copied == fake and copied == mesh)
         self.assertEqual((copied.size(), copied.mesh_dim_names), (1, ("dp",)))
 
-    @harness.expected_failure(
-        ValueError, r"Invalid tuple for group must be \(DeviceMesh, int\)",
-        "a fake DeviceMesh's __class__ is not ported into the series", when=_NOT_IN_SERIES,
-    )
     def test_fake_mesh_as_collective_group(self, device):
         # functional collectives take a mesh, or (mesh, dim), as the group
         import torch.distributed._functional_collectives as funcol
@@ -431,6 +402,25 @@ class TestDeviceMeshOpaque(TestCase):
         self.assertEqual(funcol._resolve_group_name((fake, 0)), name)
         self.assertEqual(funcol._resolve_group_name(fake), name)
         self.assertEqual(funcol._expand_group((fake, 0))[1:], funcol._expand_group((mesh, 0))[1:])
+
+    def test_from_local_on_mesh_attr(self, device):
+        # DTensor.from_local(x, mesh, ...) with the mesh an inner attr of a
+        # subclass input (an opaque graph input): the mesh is an input of the
+        # traced call, as torch 2.13, which traces from_local itself, has it;
+        # 2.11 baked every argument in as a constant ("... is self-referential")
+        from torch.distributed.tensor import DTensor, Replicate
+
+        f = self.compile(
+            lambda x: DTensor.from_local(x._local * 2, x.mesh, [Replicate()], run_check=False)
+            .to_local()
+            .sin()
+        )
+        for mesh in (fixtures.mesh("dp"), fixtures.mesh("dp")):
+            local = torch.randn(4, device=device)
+            out = f(MeshSharded(local, mesh))
+            self.assertEqual(out, (local * 2).sin())
+        self.assertEqual(self.counter.frame_count, 1)
+        self.assert_no_opaque_constant()
 
 
 harness.instantiate_cpu_and_cuda(TestDeviceMeshOpaque, globals())

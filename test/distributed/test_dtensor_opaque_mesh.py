@@ -239,23 +239,9 @@ class TestDTensorOpaqueMesh(TestCase):
         self.assertEqual(out.full_tensor(), ((local.detach() + 1).sin() * 2 + 1).sin().sin().sum())
         return local, out
 
-    # The series does not carry fx.wrap_key / derived_submesh's
-    # partitioner edits yet (tools/series_map.py
-    # NOT_YET_IN_SERIES_POINTS): a patched torch answers as torch 2.11 does.
-    # Porting them makes these pass, and the marker fail.
-    @harness.expected_failure(
-        AssertionError, r"Scalars are not equal.*Expected 1 but got 2",
-        "a traced function's mesh output is a constant: fx.wrap_key is not in the series",
-        when=MODE == "patched",
-    )
     def test_aot_over_dynamo_mesh_output(self, device):
         self._aot_over_dynamo(device, requires_grad=False)
 
-    @harness.expected_failure(
-        AssertionError, r"expected all opaque_object_outs to be opaque types.*FakeScriptObject",
-        "a real opaque saved for backward: derived_submesh's partitioner edits are not in the series",
-        when=MODE == "patched",
-    )
     def test_aot_over_dynamo_mesh_output_backward(self, device):
         # the subgraph's mesh output is saved for backward: a real opaque,
         # stashed with the saved opaques, not checked as a tensor

@@ -94,15 +94,6 @@ _AOT_EAGER_ONLY_COPY = (
     "not yet ported: 0019's copy compiles the no-repr subclass with aot_eager only; "
     "ours also runs it through Inductor"
 )
-_NOT_YET_PORTED = "tools/series_map.py NOT_YET_IN_SERIES_POINTS"
-_FAKE_CLASS = (
-    "not yet ported: a fake DeviceMesh / ProcessGroup answering __class__ with its "
-    "real object's class (Note [isinstance of a fake DeviceMesh], point "
-    "library.FakeScriptObject.__getattribute__); 0012 ports only that "
-    "point's unregistered-member error, and 0012's OpaqueBaseMeta change does not make "
-    "torch 2.1x's DeviceMesh accept a fake, so 0013 has no such case"
-)
-
 #: (series, series file, test) -> why the test of ours is not in that series
 ONLY_OURS: dict[tuple[str, str, str], str] = {
     **_listed("test/test_opaque_subclass_user_written.py", {
@@ -228,35 +219,7 @@ ONLY_OURS: dict[tuple[str, str, str], str] = {
             "the series' test_redistribute_own_mesh, run here once per backend"
         ),
     }),
-    **_listed("test/test_device_mesh_opaque.py", {
-        "test_fake_mesh_isinstance": _FAKE_CLASS,
-        "test_fake_mesh_as_collective_group": _FAKE_CLASS,
-        "test_fakes_of_one_object_equal": (
-            "not yet ported: fakes of one object hashing alike (point "
-            f"library.FakeScriptObject.__hash__, {_NOT_YET_PORTED}); 0014 hashes "
-            "a fake by identity, and v2.10.0 leaves 0014's __eq__ out as well"
-        ),
-        "test_fake_mesh_deepcopy": (
-            "not yet ported: a fake mesh deep-copied into a fake of an equal mesh (point "
-            f"library.FakeScriptObject.__deepcopy__, {_NOT_YET_PORTED})"
-        ),
-        "test_fakes_of_one_object_tracked_apart": (
-            "not yet ported: the proxy tracer keying fakes by identity (point "
-            f"utils.weak._WeakHashRef, {_NOT_YET_PORTED}); the series relies "
-            "on 0014's identity hash instead, and v2.10.0 has not even that"
-        ),
-    }),
     **_listed("test/test_dtensor_opaque_mesh.py", {
-        "test_aot_over_dynamo_mesh_output": (
-            "not yet ported: the proxy tracer looking up a real opaque a compiled "
-            f"function returns (point fx.wrap_key, {_NOT_YET_PORTED}); v2.11.0's 0003 "
-            "tracks fakes only"
-        ),
-        "test_aot_over_dynamo_mesh_output_backward": (
-            "not yet ported: the partitioner taking a real opaque saved for backward as "
-            "a saved opaque (the derived_submesh partitioner edits of the same issue, "
-            f"{_NOT_YET_PORTED}), beside fx.wrap_key"
-        ),
         "test_compare_dtensor_flag_installs_group": (
             "checks that our compare command's --dtensor flag installs our dtensor "
             "points, which a patched torch neither has nor needs"

@@ -2,11 +2,12 @@
 
 Series patch 0016 ("[distributed][fx] Derive a submesh of a mesh graph
 input"), and on torch 2.11 the partitioners' case of a real opaque saved
-for backward (not yet in the series).
+for backward (0023).
 
 Releases and modes: 2.10.0, 2.11.0 (backport).
 Series commits:
-    patches/v2.10.0/0016-distributed-fx-Derive-a-submesh-of-a-mesh-graph-inpu.patch.
+    patches/v2.10.0/0016-distributed-fx-Derive-a-submesh-of-a-mesh-graph-inpu.patch,
+    patches/v2.11.0/0023-fx-functorch-A-real-opaque-a-traced-function-returns.patch.
 Upstream: none (not an upstream fix).
 
 A submesh derived inside traced code from a mesh graph input (torch 2.10 / 2.11).
@@ -330,11 +331,6 @@ def _build_aot_stage2a_partition(original):
     )
 
 
-_NOT_YET_IN_SERIES = (
-    "not yet ported into patches/v2.11.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)"
-)
-
-
 POINTS = [
     # torch 2.10's point of this name is torch_2_11_base's
     PatchPoint(
@@ -342,7 +338,7 @@ POINTS = [
         target="torch._functorch.partitioners:_extract_fwd_bwd_modules",
         build=_build_extract_fwd_bwd_modules,
         reason="a real opaque saved for backward went to save_for_backward with the tensors (2.13: is_opaque_node)",
-        series_none=_NOT_YET_IN_SERIES,
+        series=("0023 torch/_functorch/partitioners.py::_extract_fwd_bwd_modules",),
         guarded_by=(
             "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_aot_over_dynamo_mesh_output_backward_cpu",
         ),
@@ -412,7 +408,7 @@ POINTS = [
         target="torch._functorch._aot_autograd.graph_compile:_aot_stage2a_partition",
         build=_build_aot_stage2a_partition,
         reason="a real opaque saved for backward was not counted as a saved opaque (2.13: is_opaque_node)",
-        series_none=_NOT_YET_IN_SERIES,
+        series=("0023 torch/_functorch/_aot_autograd/graph_compile.py::_aot_stage2a_partition",),
         guarded_by=(
             "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_aot_over_dynamo_mesh_output_backward_cpu",
         ),

@@ -1,15 +1,17 @@
 """DeviceMesh and ProcessGroup as reference opaques.
 
 Series patch 0012 ("[distributed][dynamo] DeviceMesh and ProcessGroup as
-reference opaques"), and the fake's identity (``__eq__``: 0014;
-``__hash__``, ``__deepcopy__``: not yet in the series).
+reference opaques"), and the fake's identity (``__eq__``: 0014 on 2.11,
+0022 on 2.10; ``__hash__``, ``__deepcopy__``, ``__class__``, the proxy
+tracer's keys and ``DTensor.from_local`` on a mesh input: 0022).
 
 Releases and modes: 2.10.0, 2.11.0 (backport); 2.10.0, 2.11.0, 2.13.0
     (backport, forced).
 Series commits:
     patches/v2.10.0/0000-aot_autograd-dynamo-inductor-Opaque-objects-saved-fo.patch,
     patches/v2.10.0/0012-distributed-dynamo-DeviceMesh-and-ProcessGroup-as-re.patch,
-    patches/v2.11.0/0014-distributed-dynamo-DTensor-flattens-with-device_mesh.patch.
+    patches/v2.11.0/0014-distributed-dynamo-DTensor-flattens-with-device_mesh.patch,
+    patches/v2.10.0/0022-distributed-dynamo-Fakes-of-a-mesh-answer-as-the-mes.patch.
 Upstream: none (not an upstream fix).
 
 ``DeviceMesh`` and ``ProcessGroup`` as reference opaques on torch 2.10 / 2.11.
@@ -646,12 +648,6 @@ def _is_from_local(fn: Any) -> bool:
     return fn is DTensor.from_local
 
 
-#: points whose change the patch series does not carry yet
-_NOT_YET_IN_SERIES = (
-    "not yet ported into patches/v2.1x.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)"
-)
-
-
 POINTS = [
     PatchPoint(
         name="library._OPAQUE_TYPES",
@@ -707,6 +703,11 @@ POINTS = [
         series=(
             "0012 torch/_library/fake_class_registry.py::FakeScriptObject.__getattribute__",
             "0012 torch/_library/opaque_object.py::unregistered_opaque_member_error",
+            # a fake DeviceMesh / ProcessGroup's __class__ (Note [isinstance
+            # of a fake DeviceMesh])
+            "0022 torch/_library/fake_class_registry.py::FakeScriptObject.__getattribute__",
+            "0022 torch/_library/fake_class_registry.py::_classes_reported_by_fakes",
+            "0022 torch/distributed/device_mesh.py::_register_distributed_opaque_types",
         ),
         build=_build_getattribute,
         reason="an unregistered member read while tracing names the type, member and members={...}",
@@ -719,21 +720,30 @@ POINTS = [
         **RUNTIME,
     ),
     # fakes of one object compare equal and hash alike (torch 2.13)
-    PatchPoint(
+    *per_release(
         name="library.FakeScriptObject.__eq__",
         target="torch._library.fake_class_registry:FakeScriptObject.__eq__",
         build=lambda _original: _fake_eq,
         reason="fakes of one object compare equal and hash alike (torch 2.13)",
         new_attribute=True,
-        series=(
-            "0014 torch/_library/fake_class_registry.py::FakeScriptObject.__eq__",
-            "0014 torch/_library/fake_class_registry.py::maybe_unwrap_fake_script_object",
-        ),
         guarded_by=(
             "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_equal_cpu",
             "test/distributed/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
         ),
-        **ONLY_BACKPORT,
+        # 2.11's series has it from DTensor's change (0014), which the
+        # v2.10.0 series leaves out: there 0022 adds it with the hash
+        v2_11=dict(
+            series=(
+                "0014 torch/_library/fake_class_registry.py::FakeScriptObject.__eq__",
+                "0014 torch/_library/fake_class_registry.py::maybe_unwrap_fake_script_object",
+            ),
+        ),
+        v2_10=dict(
+            series=(
+                "0022 torch/_library/fake_class_registry.py::FakeScriptObject.__eq__",
+                "0022 torch/_library/fake_class_registry.py::maybe_unwrap_fake_script_object",
+            ),
+        ),
     ),
     # __hash__: torch 2.11's class has object's (not its own attribute)
     PatchPoint(
@@ -742,8 +752,7 @@ POINTS = [
         build=lambda _original: _fake_hash,
         reason="fakes of one object compare equal and hash alike (torch 2.13)",
         new_attribute=True,
-        # the series' 0014 hashes by identity: this point's hash is not ported yet
-        series_none=_NOT_YET_IN_SERIES,
+        series=("0022 torch/_library/fake_class_registry.py::FakeScriptObject.__hash__",),
         guarded_by=(
             "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_equal_cpu",
             "test/distributed/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
@@ -756,7 +765,7 @@ POINTS = [
         build=lambda _original: _fake_deepcopy,
         reason="a deep copy of a fake re-reads its members off a copy of its object (torch 2.13)",
         new_attribute=True,
-        series_none=_NOT_YET_IN_SERIES,
+        series=("0022 torch/_library/fake_class_registry.py::FakeScriptObject.__deepcopy__",),
         guarded_by=("test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fake_mesh_deepcopy_cpu",),
         **ONLY_BACKPORT,
     ),
@@ -795,8 +804,9 @@ POINTS = [
         target="torch._dynamo.variables.torch:TorchInGraphFunctionVariable.call_function",
         build=_build_torch_call_function,
         reason="DTensor.from_local(x, mesh) with an opaque mesh input: the mesh is a graph input",
-        series_none=_NOT_YET_IN_SERIES,
+        series=("0022 torch/_dynamo/variables/torch.py::TorchInGraphFunctionVariable._get_handlers",),
         guarded_by=(
+            "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_from_local_on_mesh_attr_cpu",
             "test/distributed/test_dtensor_scenarios.py::test_scenario[from_local_to_local-aot_eager]",
             "test/distributed/test_dtensor_scenarios.py::test_scenario[tp_mlp-aot_eager]",
         ),
@@ -809,7 +819,15 @@ POINTS = [
         rebinds=("torch.fx.experimental.proxy_tensor",),
         build=_build_weak_hash_ref,
         reason="the proxy tracer keeps fakes by identity now that they hash as their object",
-        series_none=_NOT_YET_IN_SERIES,
+        # the series gives the tracer a ref type of its own instead of
+        # changing torch.utils.weak's, whose one user the tracer is
+        series=(
+            "0022 torch/fx/experimental/proxy_tensor.py::_ScriptObjectRef",
+            "0022 torch/fx/experimental/proxy_tensor.py::_ScriptObjectRef.__init__",
+            "0022 torch/fx/experimental/proxy_tensor.py::_ScriptObjectRef.__eq__",
+            "0022 torch/fx/experimental/proxy_tensor.py::PythonKeyTracer.__init__",
+            "0022 torch/fx/experimental/proxy_tensor.py::_GraphAppendingTracerEx.__init__",
+        ),
         guarded_by=(
             "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_fakes_of_one_object_tracked_apart_cpu",
         ),

@@ -1,11 +1,12 @@
 """Proxy tracing of opaques: one real object, one graph input.
 
 Series patch 0001 (``proxy_tensor``, ``FakeScriptObject.__init__``), and
-``fx.wrap_key`` (torch 2.11 only, not yet in the series).
+``fx.wrap_key`` (torch 2.11 only: 0023).
 
 Releases and modes: 2.10.0, 2.11.0 (backport).
 Series commits:
-    patches/v2.10.0/0001-aot_autograd-Opaque-reference-objects-as-inner-attrs.patch.
+    patches/v2.10.0/0001-aot_autograd-Opaque-reference-objects-as-inner-attrs.patch,
+    patches/v2.11.0/0023-fx-functorch-A-real-opaque-a-traced-function-returns.patch.
 Upstream: none (not an upstream fix).
 
 Proxy tracing of opaques (2.10 / 2.11): one object, one graph input.
@@ -231,7 +232,10 @@ POINTS = [
         target="torch.fx.experimental.proxy_tensor:wrap_key",
         build=_wrap_wrap_key,
         reason="a traced function's real opaque output is its graph input, not a constant (2.13)",
-        series_none="not yet ported into patches/v2.11.0 (tools/series_map.py NOT_YET_IN_SERIES_POINTS)",
+        series=(
+            "0023 torch/fx/experimental/proxy_tensor.py::wrap_key",
+            "0023 torch/fx/experimental/proxy_tensor.py::_is_real_opaque_reference",
+        ),
         guarded_by=(
             "test/distributed/test_dtensor_opaque_mesh.py::TestDTensorOpaqueMeshCPU::test_aot_over_dynamo_mesh_output_cpu",
         ),
