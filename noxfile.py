@@ -103,11 +103,15 @@ CACHE_READS_RANKS = "test/distributed/test_dtensor_scenarios.py::TestOpaqueReads
 #: issue 152183 under the structured trace (a few seconds): every release
 #: has it (xfail in plain native), install() fixes it
 NO_REPR_TRACED_TESTS = "test/runtime/test_no_repr_subclass_traced.py"
+#: torch 2.14's partitioner logs a deprecation (about 10 s): xfail in plain
+#: native on 2.14.x, passes elsewhere and with install()
+DEPRECATED_NAME_TESTS = "test/points/test_partitioner_deprecated_name.py"
 FIRST_RELEASE_NATIVE = [
     FIX_TESTS,
     CACHE_READS_TESTS,
     CACHE_READS_RANKS,
     NO_REPR_TRACED_TESTS,
+    DEPRECATED_NAME_TESTS,
     # PR 193452 (open upstream): registered members read eagerly
     LAZY_TESTS,
     # PR 180530: torch 2.12 refuses a ProcessGroup among inner attrs
@@ -293,7 +297,7 @@ def tests(session: nox.Session, torch: str) -> None:
                    ignore=(RANKS_TESTS, COMPARE_TESTS, DTENSOR_SCENARIOS))
         _run_files(session, "native+fixes", [CACHE_READS_RANKS], env)
         _run_files(session, "native", [FIX_TESTS, LAZY_TESTS, CACHE_READS_TESTS, CACHE_READS_RANKS,
-                                       NO_REPR_TRACED_TESTS], env)
+                                       NO_REPR_TRACED_TESTS, DEPRECATED_NAME_TESTS], env)
         if torch == "2.14.1":
             # the fixes upstream main lacks, as a ghstack-ready git-am series
             # (patches/upstream/): applies to v2.14.1, its in-tree tests pass

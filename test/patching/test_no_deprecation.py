@@ -12,11 +12,12 @@ those that say "deprecated", none may come from a call the package made
 logs when imported, is in ``torch_subclass_rt``). A fresh interpreter
 because some of them are logged once, at import.
 
-Those torch makes itself are printed, not counted: torch 2.14.0 / 2.14.1's
-own partitioner still calls ``is_opaque_value``
+Those torch makes itself are printed, not counted: stock torch 2.14.0 /
+2.14.1's own partitioner calls ``is_opaque_value``
 (``torch/_functorch/partitioners.py``), which logs "is_opaque_value is
 deprecated" for a subclass with an opaque attr compiled forward+backward
-with or without this package; some releases warn that
+(install() fixes that one in native+fixes:
+test/points/test_partitioner_deprecated_name.py); some releases warn that
 ``torch.jit.script_method`` is deprecated when Inductor imports
 ``torch.utils.mkldnn``.
 """

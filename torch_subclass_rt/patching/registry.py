@@ -62,6 +62,10 @@ class PatchPoint:
     reason: str
     #: modules that imported ``attr`` by name at module level
     rebinds: tuple[str, ...] = ()
+    #: modules that keep torch's original under the name on purpose: the
+    #: point replaces one importer's binding, not the function (install's
+    #: check that no torch module still holds the original skips them)
+    keeps_original_in: tuple[str, ...] = ()
     #: the same, for modules too costly to import at install: rebound if
     #: already imported (one imported while installed copies the
     #: replacement itself, and Journal.revert puts the original back)
@@ -456,7 +460,10 @@ def verify(journal: Journal) -> None:
                 )
         main = applied.slots[0]
         if isinstance(main.owner, ModuleType) and main.original is not _MISSING:
-            stale = _torch_modules_holding(main.original, main.attr)
+            stale = [
+                m for m in _torch_modules_holding(main.original, main.attr)
+                if m.__name__ not in applied.point.keeps_original_in
+            ]
             if stale:
                 raise PatchError(
                     f"{applied.point.name}: {', '.join(m.__name__ for m in stale)} "

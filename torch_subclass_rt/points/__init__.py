@@ -143,6 +143,7 @@ CHANGES: tuple[str, ...] = (
     "registered_opaque_instancecheck",
     "lazy_members",
     "opaque_reads",
+    "partitioner_deprecated_name",
 )
 
 #: the torch subsystems, each with the torch packages its targets live in
