@@ -27,7 +27,9 @@ test pass, and the dumps are identical.
 verifies ``patches/upstream/`` instead: the fixes upstream main still lacks,
 one commit each, for submission with ghstack (CONTRIBUTING.md, "The upstream
 series"). Steps 1-3 as above, then only the series' in-tree tests (each
-``test/*.py`` a commit adds, run with torch_subclass_rt unimportable): the
+``test/*.py`` a commit adds, run with torch_subclass_rt unimportable), each
+twice: it must pass on the patched torch and fail on the stock one (a test
+that passes without its commit shows no bug). The
 series changes what native torch does, so there is no backport to compare
 its graphs with. ``--fail-fast`` stops the suite at
 its first failing test and the check at its first failing step (a series
@@ -312,17 +314,43 @@ def verify_upstream(base: str, patches_dir: Path | None, work: Path,
     tests = in_tree_tests(series(directory))
     if not tests:
         failures.append(f"the upstream series ({directory}) adds no test file")
+    # the stock torch: an empty directory first on PYTHONPATH
+    stock = work / "stock-site"
+    stock.mkdir(exist_ok=True)
     for test in tests:
-        step(f"in-tree test {test} of the upstream series")
-        log = work / f"in-tree-{Path(test).stem}.log"
-        rc = run_in_tree_test(checkout, site, log, test)
-        if rc != 0:
-            failures.append(f"{test} failed (exit {rc}); log {log}:\n" + _tail(log))
-            if fail_fast:
-                return failures
-        else:
-            print("    passed")
+        problems = check_both_ways(
+            test, installed,
+            patched=lambda log: run_in_tree_test(checkout, site, log, test),
+            stock=lambda log: run_in_tree_test(checkout, stock, log, test),
+            work=work,
+        )
+        failures += problems
+        if problems and fail_fast:
+            return failures
     return failures
+
+
+def check_both_ways(test: str, version: str, patched, stock, work: Path) -> list[str]:
+    """An upstream commit's in-tree test passes on the patched torch and
+    fails on the stock one (``patched`` / ``stock``: run it, writing the
+    given log, and return the exit status): a test that passes without its
+    commit shows no bug."""
+    step(f"in-tree test {test} of the upstream series")
+    log = work / f"in-tree-{Path(test).stem}.log"
+    rc = patched(log)
+    if rc != 0:
+        return [f"{test} failed (exit {rc}); log {log}:\n" + _tail(log)]
+    print("    passed")
+    step(f"the same test on stock torch {version}: it must fail")
+    stock_log = work / f"stock-{Path(test).stem}.log"
+    rc = stock(stock_log)
+    if rc == 0:
+        return [
+            f"{test} passes on stock torch {version} too: it does not show the bug its "
+            f"commit fixes; log {stock_log}"
+        ]
+    print(f"    failed, as it must (exit {rc})")
+    return []
 
 
 def verify(base: str, patches_dir: Path | None, work: Path, skip_backport: bool = False,

@@ -262,6 +262,24 @@ class TestVerifyPatches(ToolTestCase):
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("--series upstream is written against v2.14.1", proc.stderr)
 
+    def test_upstream_test_must_fail_on_stock(self) -> None:
+        from tools import verify_patches
+
+        with tempfile.TemporaryDirectory() as d:
+            work = Path(d)
+            shows = verify_patches.check_both_ways("test/t.py", "2.14.1", lambda log: 0,
+                                                   lambda log: 1, work)
+            passes_anyway = verify_patches.check_both_ways("test/t.py", "2.14.1", lambda log: 0,
+                                                           lambda log: 0, work)
+            (work / "in-tree-t.log").write_text("boom\n")
+            broken = verify_patches.check_both_ways("test/t.py", "2.14.1", lambda log: 1,
+                                                    lambda log: 1, work)
+        self.assertEqual(shows, [])
+        self.assertEqual(len(passes_anyway), 1)
+        self.assertIn("passes on stock torch 2.14.1 too", passes_anyway[0])
+        self.assertEqual(len(broken), 1)
+        self.assertIn("test/t.py failed (exit 1)", broken[0])
+
     def test_upstream_series_adds_its_tests(self) -> None:
         # each commit of the upstream series carries an in-tree test
         from tools import verify_patches
