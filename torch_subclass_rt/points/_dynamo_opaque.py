@@ -32,7 +32,7 @@ def check_tensor_flatten_attr(subclass: Any, attr: str, inner: Any) -> None:
     check_tensor_or_opaque(subclass, attr, inner)
     real_type = type(unwrap_fake_opaque(inner))
     if not is_reference_opaque_type(real_type):
-        raise errors.value_opaque_in_tensor_attrs_error(real_type, subclass, attr)
+        raise errors.not_an_inner_attr_error(subclass, attr, inner)
 
 
 def check_tensor_or_opaque(subclass: Any, attr: str, inner: Any) -> None:

@@ -127,8 +127,8 @@ def _build_right_inverse(original):
                 val = getattr(tensor, attr)
                 if is_opaque_attr(val):
                     if not is_reference_opaque_type(type(val)):
-                        raise errors.value_opaque_in_tensor_attrs_error(
-                            type(val), tensor, attr, exc_type=ValueError
+                        raise errors.not_an_inner_attr_error(
+                            tensor, attr, val, value_exc_type=ValueError
                         )
                     attr_to_meta[attr] = OpaqueMeta()
                     plain_tensor_container.append(val)

@@ -35,6 +35,21 @@ def value_opaque_in_tensor_attrs_error(
     )
 
 
+def not_an_inner_attr_error(
+    subclass: Any, attr: str, value: Any, value_exc_type: type[Exception] = RuntimeError
+) -> Exception:
+    """The error for a flatten attr that is an opaque object but not of a
+    registered reference type: a registered value type's, or, for an
+    ``OpaqueBase`` subclass never registered, the unregistered object's
+    (it is no value type; native torch says "expected Tensor or OpaqueBase")."""
+    from .. import _torch_compat as compat
+
+    real_type = type(compat.unwrap_fake_opaque(value))
+    if compat.is_registered_opaque_type(real_type):
+        return value_opaque_in_tensor_attrs_error(real_type, subclass, attr, value_exc_type)
+    return unregistered_object_in_tensor_attrs_error(subclass, attr, value)
+
+
 def unregistered_object_in_tensor_attrs_error(subclass: Any, attr: str, value: Any) -> TypeError:
     sub = type(subclass).__name__
     return TypeError(

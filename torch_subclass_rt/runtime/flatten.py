@@ -55,7 +55,7 @@ def classify_tensor_flatten_attr(subclass: Any, attr: str, value: Any) -> str:
     if compat.is_opaque_attr(value):
         real_type = type(compat.unwrap_fake_opaque(value))
         if not compat.is_reference_opaque_type(real_type):
-            raise errors.value_opaque_in_tensor_attrs_error(real_type, subclass, attr)
+            raise errors.not_an_inner_attr_error(subclass, attr, value)
         return "opaque"
     raise errors.unregistered_object_in_tensor_attrs_error(subclass, attr, value)
 

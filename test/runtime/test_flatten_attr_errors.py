@@ -1,0 +1,85 @@
+"""What a user is told when ``__tensor_flatten__`` lists something that
+cannot be an inner attr, with install() as without it.
+
+An ``OpaqueBase`` subclass that was never registered is neither a tensor
+nor a registered opaque: native torch 2.13 says "expected Tensor or
+OpaqueBase, got <class ...>"; the backport called it a value-type opaque,
+which it is not. Now every mode says what native says, and with install()
+also names the subclass, the attr and how to register the type.
+"""
+
+from __future__ import annotations
+
+import harness
+
+import torch
+from torch._dynamo.test_case import TestCase
+from torch.utils._pytree import tree_map_only
+
+import torch_subclass_rt as tsrt
+
+MODE = harness.current_mode()
+
+
+class NeverRegistered(tsrt.OpaqueBase):
+    def __init__(self, n):
+        self.n = n
+
+
+class Carrier(torch.Tensor):
+    # written as users write them: no __repr__, the handle an inner attr
+    @staticmethod
+    def __new__(cls, a, handle):
+        return torch.Tensor._make_wrapper_subclass(cls, a.shape, dtype=a.dtype, device=a.device)
+
+    def __init__(self, a, handle):
+        self.a = a
+        self.handle = handle
+
+    def __tensor_flatten__(self):
+        return ["a", "handle"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, size, stride):
+        return Carrier(inner["a"], inner["handle"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        handle = next(x.handle for x in args if isinstance(x, Carrier))
+        args, kwargs = tree_map_only(Carrier, lambda x: x.a, (args, kwargs or {}))
+        return tree_map_only(torch.Tensor, lambda o: Carrier(o, handle), func(*args, **kwargs))
+
+
+def _chain(exc: BaseException) -> str:
+    parts = []
+    while exc is not None:
+        parts.append(f"{type(exc).__name__}: {exc}")
+        exc = exc.__cause__ or exc.__context__
+    return "\n".join(parts)
+
+
+class TestFlattenAttrErrors(TestCase):
+    def setUp(self):
+        super().setUp()
+        harness.setup_mode()
+
+    def test_unregistered_opaque_base_subclass(self):
+        f = torch.compile(lambda x: x * 2, backend="aot_eager", fullgraph=True)
+        with self.assertRaises(Exception) as ctx:
+            f(Carrier(torch.randn(3), NeverRegistered(1)))
+        chain = _chain(ctx.exception)
+        self.assertNotIn("value-type", chain)
+        if MODE in ("native", "native+fixes"):
+            # torch 2.14 renamed OpaqueBase to CustomClassBase
+            self.assertRegex(chain, r"expected Tensor or (OpaqueBase|CustomClassBase), got "
+                                    r"<class '[\w.]*NeverRegistered'>")
+            return
+        self.assertRegex(chain, r"Carrier\.handle is a [\w.]*NeverRegistered, which is neither a "
+                                r"Tensor nor a registered opaque type")
+        self.assertIn("register_opaque(NeverRegistered, typ='reference')", chain)
+
+
+if __name__ == "__main__":
+    from torch._dynamo.test_case import run_tests
+
+    run_tests()
