@@ -4,6 +4,7 @@ timings are not tests), and --combine merges runs into one table.
 benchmarks/attr_vs_context.py runs end to end (k = 1, 2, no callgrind): the
 compile counts it measures are checked, since they are what it shows (the
 context form one graph per mesh, the attr form one for all).
+benchmarks/gpu_table.py runs its CPU path (one input, forward, inductor).
 
 benchmarks/instructions.py's gate (instruction counts are tests): it fails on
 a per-call wrapper slowed on purpose, and its comparison holds each figure
@@ -27,6 +28,7 @@ MODE = harness.current_mode()
 ROOT = Path(__file__).resolve().parents[2]
 SCALING = str(ROOT / "benchmarks" / "scaling.py")
 ATTR_VS_CONTEXT = str(ROOT / "benchmarks" / "attr_vs_context.py")
+GPU_TABLE = str(ROOT / "benchmarks" / "gpu_table.py")
 INSTRUCTIONS = str(ROOT / "benchmarks" / "instructions.py")
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -126,6 +128,32 @@ class TestAttrVsContext(unittest.TestCase):
             )
             self.assertEqual(combined.returncode, 0, combined.stderr)
             self.assertEqual(combined.stdout.count(info["config"]), 2)
+
+
+@unittest.skipIf(MODE not in ("backport", "native", "forced"), f"no benchmark mode for {MODE}")
+class TestGpuTableCpuPath(unittest.TestCase):
+    def test_cpu_path(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "table.json")
+            proc = subprocess.run(
+                [sys.executable, GPU_TABLE, "--device", "cpu", "--mode", MODE, "--n", "1",
+                 "--kinds", "fwd", "--calls", "3", "--repeats", "2", "--no-demo", "--json", out],
+                capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                timeout=600,
+            )
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            rows = json.loads(Path(out).read_text())["rows"]
+        self.assertEqual(sorted((r["compile_mode"], r["form"]) for r in rows),
+                         sorted((m, f) for m in ("default", "reduce-overhead")
+                                for f in ("plain", "context", "attr")))
+        for r in rows:
+            if r["compile_mode"] == "reduce-overhead":
+                self.assertEqual(r["skipped"], "CUDA graphs do not apply on CPU")
+            else:
+                self.assertEqual((r["compiles"], r["captures"]), (1, 0))
+                self.assertEqual(len(r["per_call_us"]), 2)
+        self.assertIn("n/a: CUDA graphs do not apply on CPU", proc.stdout)
+        self.assertIn("us/call, median (min-max)", proc.stdout)
 
 
 def _rows(config: str, baseline: dict, scale: dict[str, float]) -> list[dict]:
