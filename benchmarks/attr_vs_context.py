@@ -19,18 +19,21 @@ on every mesh. Per (kind, form, k):
   tensor storage are not seen, and are the same for the three forms);
 * per call after warm-up, the calls cycling over the k meshes (a context
   form's call checks the guards of the graphs compiled before its own):
-  instructions under callgrind (CPU; ``benchmarks/callgrind.py``, K calls per
-  region rounded up to whole rounds over the meshes) and wall µs, median and
-  min-max over the repeats.
+  instructions under callgrind (CPU; ``benchmarks/callgrind.py``, ``--calls``
+  per region rounded up to whole rounds over the meshes) and wall µs
+  (``--timed-calls`` per sample), median and min-max over the repeats.
 
 The workload is ``benchmarks/workload.py``'s: ``fwd`` ``[x * 2 + 1 for x in
 xs]`` and ``fwd+bwd`` ``sum((x * 2 + 1).sum() for x in xs).backward()`` on
 ``--n`` inputs per call, all on the call's mesh, ``fullgraph=True``, one
 thread. Dynamo's recompile limit (default 8) is raised above the largest k so
-the context form compiles once per mesh instead of falling back to eager.
+the context form compiles once per mesh; with the default limit (measured
+once, ``default_limit`` in the JSON) its forward stops at the limit: past
+it, a ``fullgraph=True`` frame raises instead of falling back to eager.
 
     python benchmarks/attr_vs_context.py [--mode native|backport|forced]
         [--k 1,4,16] [--n 1] [--kinds fwd,fwd+bwd] [--repeats 3] [--calls 5]
+        [--timed-calls 200]
         [--device cpu|cuda] [--no-callgrind] [--json OUT]
     python benchmarks/attr_vs_context.py --combine RUN.json [...] [--plot OUT.png]
 
@@ -150,8 +153,42 @@ def setup(mode: str, max_k: int) -> str:
     if mode in ("backport", "forced"):
         tsrt.install(force=(mode == "forced"))
     torch.set_num_threads(1)
-    torch._dynamo.config.recompile_limit = max(8, 2 * max_k)
+    global DEFAULT_RECOMPILE_LIMIT
+    if DEFAULT_RECOMPILE_LIMIT is None:
+        DEFAULT_RECOMPILE_LIMIT = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = max(DEFAULT_RECOMPILE_LIMIT, 2 * max_k)
     return f"{tsrt.torch_version()} {mode}"
+
+
+#: Dynamo's recompile limit before setup() raised it
+DEFAULT_RECOMPILE_LIMIT: int | None = None
+
+
+def recompile_limit_probe(k: int, backend: str) -> dict:
+    """The context form's forward on k meshes under Dynamo's default
+    recompile limit: the graphs it compiles, the meshes it serves and what
+    it raises (with ``fullgraph=True`` a frame past the limit cannot fall
+    back to eager)."""
+    import torch
+
+    raised = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = DEFAULT_RECOMPILE_LIMIT
+    torch._dynamo.reset()
+    case = Case("fwd", "context", k, 1, "cpu", backend)
+    case.compile()
+    probe = {"limit": DEFAULT_RECOMPILE_LIMIT, "k": k, "error": None}
+    served = 0
+    try:
+        for xs in case.batches:
+            case.step(xs)
+            served += 1
+    except Exception as e:  # what the user sees is the finding
+        probe["error"] = type(e).__name__
+    finally:
+        torch._dynamo.config.recompile_limit = raised
+        torch._dynamo.reset()
+    probe.update(graphs=case.counting.graphs, served=served)
+    return probe
 
 
 def warm_up(args: argparse.Namespace) -> None:
@@ -176,7 +213,7 @@ def timed_us(case: Case, count: int) -> float:
     return (time.perf_counter() - t0) / count * 1e6
 
 
-def measure(case: Case, repeats: int, calls: int) -> dict:
+def measure(case: Case, repeats: int, timed_calls: int) -> dict:
     """Compiles, compile seconds, memory and wall µs per call of one case."""
     from torch._dynamo.utils import counters
 
@@ -201,10 +238,9 @@ def measure(case: Case, repeats: int, calls: int) -> dict:
     row["compiles"] = graphs.pop()
     row["compile_s"] = compile_s
     case.check_meshes()
-    count = rounded_calls(calls, case.k)
+    count = rounded_calls(timed_calls, case.k)
     case.calls(3 * case.k)  # warm up (Python's specializing interpreter too)
     row["per_call_us"] = [timed_us(case, count) for _ in range(repeats)]
-    row["calls"] = count
 
     # memory: a pass of its own (tracing slows the compile down)
     torch._dynamo.reset()
@@ -230,12 +266,15 @@ def run(args: argparse.Namespace) -> tuple[dict, list[dict]]:
         for k in args.k:
             for form in args.forms:
                 row = measure(Case(kind, form, k, args.n, args.device, args.backend),
-                              args.repeats, args.calls)
+                              args.repeats, args.timed_calls)
+                row["calls"] = rounded_calls(args.calls, k)
                 rows.append(row)
                 print(_progress(row), file=sys.stderr, flush=True)
     info = {"config": label, "torch": tsrt.torch_version(), "mode": args.mode,
             "python": platform.python_version(), "device": args.device,
             "backend": args.backend, "n": args.n, "repeats": args.repeats}
+    if max(args.k) > DEFAULT_RECOMPILE_LIMIT and "context" in args.forms:
+        info["default_limit"] = recompile_limit_probe(max(args.k), args.backend)
     return info, rows
 
 
@@ -312,6 +351,12 @@ def table(info: dict, rows: list[dict]) -> str:
     notes = ["compiles: graphs the k first calls compiled (backend calls = Dynamo's unique_graphs);",
              "peak / kept MiB: Python heap (tracemalloc) during / after the k first calls;",
              "instr/call: callgrind, calls cycling over the k meshes; x attr: / the attr form's"]
+    probe = info.get("default_limit")
+    if probe:
+        notes.append(f"context form, fwd, k = {probe['k']}, Dynamo's default recompile_limit "
+                     f"({probe['limit']}): {probe['graphs']} graphs, {probe['served']} meshes "
+                     f"served, then {probe['error'] or 'no error'}; the rows above raise the "
+                     "limit above k")
     return "\n".join(lines + [f"({n})" for n in notes])
 
 
@@ -371,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=5,
                         help="calls per measured region, rounded up to whole rounds over the "
                              "meshes (default 5)")
+    parser.add_argument("--timed-calls", type=int, default=200,
+                        help="calls per wall-clock sample, rounded up likewise (default 200)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--backend", default="aot_eager")
     parser.add_argument("--no-callgrind", dest="callgrind", action="store_false",
@@ -387,8 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     for form in args.forms:
         if form not in FORMS:
             parser.error(f"--forms: {', '.join(FORMS)}, got {form!r}")
-    if min(args.k) < 1 or args.n < 1 or args.repeats < 1 or args.calls < 1:
-        parser.error("--k, --n, --repeats and --calls: at least 1")
+    if min(args.k) < 1 or min(args.n, args.repeats, args.calls, args.timed_calls) < 1:
+        parser.error("--k, --n, --repeats, --calls and --timed-calls: at least 1")
     sys.path.insert(0, str(ROOT))
     if args.child:
         return child_main(args)

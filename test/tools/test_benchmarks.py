@@ -104,7 +104,7 @@ class TestAttrVsContext(unittest.TestCase):
             run = os.path.join(tmp, "run.json")
             proc = subprocess.run(
                 [sys.executable, ATTR_VS_CONTEXT, "--mode", MODE, "--k", "1,2", "--repeats", "1",
-                 "--calls", "2", "--no-callgrind", "--json", run],
+                 "--calls", "2", "--timed-calls", "4", "--no-callgrind", "--json", run],
                 capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
                 timeout=600,
             )
@@ -122,6 +122,7 @@ class TestAttrVsContext(unittest.TestCase):
                 self.assertGreater(min(r["per_call_us"]), 0)
                 self.assertGreater(r["mem_peak_mib"], 0)
             self.assertIn("compile s, median (min-max)", proc.stdout)
+            self.assertNotIn("default recompile_limit", proc.stdout)  # k <= the limit
             combined = subprocess.run(
                 [sys.executable, ATTR_VS_CONTEXT, "--combine", run, run], capture_output=True,
                 text=True, timeout=120,
