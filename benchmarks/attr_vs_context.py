@@ -373,9 +373,10 @@ def plot(runs: list[tuple[dict, list[dict]]], path: str) -> None:
               ("compile_s", "first calls on k meshes, s (median)",
                lambda r: statistics.median(r["compile_s"])),
               ("mem_peak_mib", "Python heap peak while compiling, MiB", lambda r: r["mem_peak_mib"]),
-              ("instr_per_call", "instructions per call (callgrind)",
-               lambda r: r.get("instr_per_call"))]
-    fig, axes = plt.subplots(1, len(panels), figsize=(18, 4.5))
+              ("instr_per_call", "thousand instructions per call (callgrind)",
+               lambda r: r["instr_per_call"] / 1e3 if "instr_per_call" in r else None)]
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    axes = axes.flatten()
     styles = ["-", "--", ":", "-."]
     colors = {"plain": "tab:gray", "context": "tab:red", "attr": "tab:blue"}
     for ax, (_key, title, value) in zip(axes, panels):
