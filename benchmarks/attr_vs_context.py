@@ -121,15 +121,20 @@ class Case:
         for i in range(count):
             self.step(self.batches[i % self.k])
 
-    def check_meshes(self) -> None:
-        """Forward outputs carry the mesh of their inputs (the attr form's
-        promise; the context form's holds here since every mesh has its own
-        graph)."""
+    def check_meshes(self) -> list[bool]:
+        """Forward outputs carry their inputs' mesh: the very object in the
+        attr form (a graph input), an equal one in the context form (the
+        graph's own, traced or, from inductor's AOTAutograd cache, unpickled).
+        Returns, per mesh, whether the outputs carry the caller's object."""
         if self.kind != "fwd" or self.form == "plain":
-            return
+            return []
+        same = []
         for xs in self.batches:
             out = self.step(xs)
-            assert all(o.mesh is x.mesh for o, x in zip(out, xs)), (self.form, self.k)
+            assert all(o.mesh.name == x.mesh.name for o, x in zip(out, xs)), (self.form, self.k)
+            same.append(all(o.mesh is x.mesh for o, x in zip(out, xs)))
+        assert self.form != "attr" or all(same), (self.form, self.k)
+        return same
 
     def sync(self) -> None:
         if self.device == "cuda":
@@ -237,7 +242,8 @@ def measure(case: Case, repeats: int, timed_calls: int) -> dict:
                              f"graphs, Dynamo counted {unique} unique graphs over the repeats")
     row["compiles"] = graphs.pop()
     row["compile_s"] = compile_s
-    case.check_meshes()
+    same = case.check_meshes()
+    row["callers_mesh"] = all(same) if same else None
     count = rounded_calls(timed_calls, case.k)
     case.calls(3 * case.k)  # warm up (Python's specializing interpreter too)
     row["per_call_us"] = [timed_us(case, count) for _ in range(repeats)]

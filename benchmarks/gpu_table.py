@@ -85,7 +85,8 @@ def measure(kind: str, form: str, n: int, compile_mode: str, args: argparse.Name
         case.first_calls()
         case.sync()
         row["first_calls_s"] = time.perf_counter() - t0
-        case.check_meshes()
+        same = case.check_meshes()
+        row["callers_mesh"] = all(same) if same else None
         case.calls(max(3, args.calls // 10) * args.k)  # warm up (CUDA graphs record here)
         row["per_call_us"] = [attr_vs_context.timed_us(case, args.calls) for _ in range(args.repeats)]
     row["compiles"] = counters["stats"]["unique_graphs"] - before_graphs
@@ -114,7 +115,7 @@ def table(info: dict, rows: list[dict], demo: dict | None) -> str:
     lines = [f"{info['config']} on {info['device_name']}; inductor; {info['k']} mesh(es); "
              f"{info['calls']} calls per sample, {info['repeats']} samples",
              f"{'mode':<16} {'kind':<8} {'n':>2} {'form':<8} {'us/call, median (min-max)':>27} "
-             f"{'compiles':>8} {'captures':>8}  cudagraph counters"]
+             f"{'compiles':>8} {'captures':>8} {'mesh':>6}  cudagraph counters"]
     for r in rows:
         head = f"{r['compile_mode']:<16} {r['kind']:<8} {r['n']:>2} {r['form']:<8}"
         if "skipped" in r:
@@ -123,9 +124,13 @@ def table(info: dict, rows: list[dict], demo: dict | None) -> str:
         us = r["per_call_us"]
         spread = f"{statistics.median(us):.1f} ({min(us):.1f}-{max(us):.1f})"
         counters = ", ".join(f"{k} {v}" for k, v in sorted(r["cudagraph_counters"].items())) or "-"
-        lines.append(f"{head} {spread:>27} {r['compiles']:>8} {r['captures']:>8}  {counters}")
+        mesh = {True: "caller", False: "copy", None: "-"}[r["callers_mesh"]]
+        lines.append(f"{head} {spread:>27} {r['compiles']:>8} {r['captures']:>8} {mesh:>6}  "
+                     f"{counters}")
     lines.append("(captures: CUDA graphs captured while the case ran; 0 under reduce-overhead "
                  "means they did not run, cudagraph_skips says why)")
+    lines.append("(mesh: forward outputs carry the caller's mesh object, or an equal copy: the "
+                 "context form's graph from inductor's AOTAutograd cache)")
     if demo is not None:
         if "failed" in demo:
             lines.append(f"demo on {info['device']}: FAILED\n{demo['failed']}")

@@ -152,6 +152,7 @@ class TestGpuTableCpuPath(unittest.TestCase):
                 self.assertEqual(r["skipped"], "CUDA graphs do not apply on CPU")
             else:
                 self.assertEqual((r["compiles"], r["captures"]), (1, 0))
+                self.assertEqual(r["callers_mesh"] is None, r["form"] == "plain")
                 self.assertEqual(len(r["per_call_us"]), 2)
         self.assertIn("n/a: CUDA graphs do not apply on CPU", proc.stdout)
         self.assertIn("us/call, median (min-max)", proc.stdout)
