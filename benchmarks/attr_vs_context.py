@@ -35,7 +35,7 @@ it, a ``fullgraph=True`` frame raises instead of falling back to eager.
         [--k 1,4,16] [--n 1] [--kinds fwd,fwd+bwd] [--repeats 3] [--calls 5]
         [--timed-calls 200]
         [--device cpu|cuda] [--no-callgrind] [--json OUT]
-    python benchmarks/attr_vs_context.py --combine RUN.json [...] [--plot OUT.png]
+    python benchmarks/attr_vs_context.py --combine RUN.json [...] [--markdown] [--plot OUT.png]
 
 Without valgrind (or with ``--no-callgrind``, or on CUDA) the instruction
 column is left out. ``--combine`` needs no torch: it prints the runs of
@@ -366,6 +366,61 @@ def table(info: dict, rows: list[dict]) -> str:
     return "\n".join(lines + [f"({n})" for n in notes])
 
 
+def markdown(runs: list[tuple[dict, list[dict]]]) -> str:
+    """The runs as Markdown tables, one column per torch and mode. Several
+    runs of one configuration: instruction cells list each run's figure
+    (their agreement is the repeatability); wall clock and memory are the
+    last run's."""
+    configs: dict[str, list[list[dict]]] = {}
+    probes: dict[str, dict] = {}
+    for info, rows in runs:
+        configs.setdefault(info["config"], []).append(rows)
+        if info.get("default_limit"):
+            probes[info["config"]] = info["default_limit"]
+    names = list(configs)
+    by = {c: [{(r["kind"], r["form"], r["k"]): r for r in rows} for rows in configs[c]]
+          for c in names}
+    keys = [(r["kind"], r["form"], r["k"]) for r in runs[0][1]]
+    keys.sort(key=lambda key: (KINDS.index(key[0]), key[2], FORMS.index(key[1])))
+
+    def tab(title: str, cell) -> list[str]:
+        out = [title, "", "| kind | k | form | " + " | ".join(names) + " |",
+               "|---|---|---|" + "---|" * len(names)]
+        for key in keys:
+            cells = [cell(c, key) for c in names]
+            out.append(f"| {key[0]} | {key[2]} | {key[1]} | " + " | ".join(cells) + " |")
+        return out + [""]
+
+    def instr(c: str, key) -> str:
+        figs = [run[key].get("instr_per_call") for run in by[c] if key in run]
+        attr = [run[(key[0], "attr", key[2])].get("instr_per_call") for run in by[c]
+                if (key[0], "attr", key[2]) in run]
+        if not figs or None in figs:
+            return "-"
+        ratio = f" ({statistics.median(figs) / statistics.median(attr):.3f}x)" if all(attr) else ""
+        return " / ".join(f"{f / 1e3:.1f}" for f in figs) + f" k{ratio}"
+
+    def compiles(c: str, key) -> str:
+        r = by[c][-1][key]
+        return f"{r['compiles']}: {_spread(r['compile_s'], '.2f')} s"
+
+    def memory(c: str, key) -> str:
+        r = by[c][-1][key]
+        return f"{r['mem_peak_mib']:.1f} / {r['mem_kept_mib']:.2f}"
+
+    lines = tab("Instructions per call after warm-up, the calls cycling over the k meshes "
+                "(callgrind; in brackets: / the attr form's):", instr)
+    lines += tab("Graphs compiled by the first call on each of the k meshes, and those k calls' "
+                 "wall seconds, median (min-max):", compiles)
+    lines += tab("Python heap during the k first calls, peak / still held after them, MiB "
+                 "(tracemalloc):", memory)
+    for c, p in probes.items():
+        lines.append(f"{c}, context form, fwd, k = {p['k']}, Dynamo's default recompile_limit "
+                     f"({p['limit']}): {p['graphs']} graphs, {p['served']} meshes served, then "
+                     f"{p['error'] or 'no error'}.  ")
+    return "\n".join(lines)
+
+
 def plot(runs: list[tuple[dict, list[dict]]], path: str) -> None:
     try:
         import matplotlib
@@ -433,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--combine", nargs="+", metavar="RUN_JSON",
                         help="print and plot earlier runs instead of measuring")
     parser.add_argument("--plot", help="write a PNG plot here (needs matplotlib)")
+    parser.add_argument("--markdown", action="store_true",
+                        help="with --combine: the runs as Markdown tables, a column per release")
     callgrind.add_child_arguments(parser)
     args = parser.parse_args(argv)
     for kind in args.kinds:
@@ -448,7 +505,10 @@ def main(argv: list[str] | None = None) -> int:
         return child_main(args)
     if args.combine:
         runs = [tuple(json.loads(Path(p).read_text())) for p in args.combine]
-        print("\n\n".join(table(info, rows) for info, rows in runs))
+        if args.markdown:
+            print(markdown(runs))
+        else:
+            print("\n\n".join(table(info, rows) for info, rows in runs))
         if args.plot:
             plot(runs, args.plot)
         return 0

@@ -129,6 +129,13 @@ class TestAttrVsContext(unittest.TestCase):
             )
             self.assertEqual(combined.returncode, 0, combined.stderr)
             self.assertEqual(combined.stdout.count(info["config"]), 2)
+            md = subprocess.run(
+                [sys.executable, ATTR_VS_CONTEXT, "--combine", run, "--markdown"],
+                capture_output=True, text=True, timeout=120,
+            )
+            self.assertEqual(md.returncode, 0, md.stderr)
+            self.assertIn(f"| kind | k | form | {info['config']} |", md.stdout)
+            self.assertIn("| fwd+bwd | 2 | context | 2: ", md.stdout)
 
 
 @unittest.skipIf(MODE not in ("backport", "native", "forced"), f"no benchmark mode for {MODE}")
