@@ -35,10 +35,13 @@ it, a ``fullgraph=True`` frame raises instead of falling back to eager.
         [--k 1,4,16] [--n 1] [--kinds fwd,fwd+bwd] [--repeats 3] [--calls 5]
         [--timed-calls 200]
         [--device cpu|cuda] [--no-callgrind] [--json OUT]
+    python benchmarks/attr_vs_context.py --profile fwd+bwd,1 [--mode M]
     python benchmarks/attr_vs_context.py --combine RUN.json [...] [--markdown] [--plot OUT.png]
 
 Without valgrind (or with ``--no-callgrind``, or on CUDA) the instruction
-column is left out. ``--combine`` needs no torch: it prints the runs of
+column is left out. ``--profile KIND,K`` lists the Python calls per call
+that differ between the attr and the context form (where one costs more).
+``--combine`` needs no torch: it prints the runs of
 several releases as one table and plots them (matplotlib).
 """
 
@@ -326,6 +329,67 @@ def count_instructions(args: argparse.Namespace, rows: list[dict]) -> None:
         row["instr_per_call"] = ir[f"{row['kind']}/{row['form']}/{row['k']}"] / row["calls"]
 
 
+# ---------------------------------------------------------------- profile
+
+
+def _profile_key(code: tuple) -> str:
+    """A profiled function, named so the two forms' runs line up: the
+    subclass's methods and the workload's function by name alone (they live
+    in different files and code objects), the rest by file and line."""
+    import re
+
+    path, line, name = code
+    path = re.sub(r"#[0-9a-f]+", "", path)  # generated code: one per graph
+    name = re.sub(r"_(context|attr)_\d+_\d+$", "", name)
+    if path.endswith(("mesh_forms.py", "mesh_tensor.py", "workload.py")):
+        return f"subclass/workload: {name}"
+    if path.startswith("<eval_with_key"):
+        return f"compiled graph: {name}"
+    if path == "~":
+        return f"builtin: {name}"
+    return f"{path.split('site-packages/')[-1].split(str(ROOT) + '/')[-1]}:{line}({name})"
+
+
+def profile_calls(args: argparse.Namespace, kind: str, k: int) -> str:
+    """Python function calls per compiled call that differ between the
+    attr and the context form (cProfile call counts: exact, unlike its
+    times), for ``kind`` on k meshes."""
+    import cProfile
+
+    import torch
+
+    setup(args.mode, k)
+    count = rounded_calls(20, k)
+    per_form = {}
+    for form in ("context", "attr"):
+        case = Case(kind, form, k, args.n, args.device, args.backend)
+        case.compile()
+        case.first_calls()
+        case.calls(3 * k)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        case.calls(count)
+        profiler.disable()
+        calls: dict[str, float] = {}
+        # per code object: pstats keys by (file, line, name), and the graphs
+        # of the context form run generated code that shares all three
+        for entry in profiler.getstats():
+            code = entry.code
+            label = ((code.co_filename, code.co_firstlineno, code.co_name)
+                     if hasattr(code, "co_filename") else ("~", 0, str(code)))
+            key = _profile_key(label)
+            calls[key] = calls.get(key, 0) + entry.callcount / count
+        per_form[form] = calls
+        torch._dynamo.reset()
+    attr, context = per_form["attr"], per_form["context"]
+    diff = sorted(((attr.get(key, 0) - context.get(key, 0), key) for key in {*attr, *context}),
+                  key=lambda d: (-abs(d[0]), d[1]))
+    lines = [f"{kind}, k = {k}, {args.mode}: function calls per call, attr {sum(attr.values()):.1f}, "
+             f"context {sum(context.values()):.1f}; those that differ (attr - context):"]
+    lines += [f"  {d:+6.2f}  {key}" for d, key in diff if abs(d) > 0.01]
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ tables
 
 
@@ -490,6 +554,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", help="write a PNG plot here (needs matplotlib)")
     parser.add_argument("--markdown", action="store_true",
                         help="with --combine: the runs as Markdown tables, a column per release")
+    parser.add_argument("--profile", metavar="KIND,K",
+                        help="instead of measuring: the Python calls per call that differ "
+                             "between the attr and the context form (cProfile), e.g. fwd+bwd,1")
     callgrind.add_child_arguments(parser)
     args = parser.parse_args(argv)
     for kind in args.kinds:
@@ -516,6 +583,10 @@ def main(argv: list[str] | None = None) -> int:
         import torch_subclass_rt as tsrt
 
         args.mode = "native" if tsrt._torch_compat.has_native_support() else "backport"
+    if args.profile:
+        kind, k = args.profile.split(",")
+        print(profile_calls(args, kind, int(k)))
+        return 0
     t0 = time.monotonic()
     info, rows = run(args)
     if args.callgrind and args.device == "cpu":

@@ -137,6 +137,18 @@ class TestAttrVsContext(unittest.TestCase):
             self.assertIn(f"| kind | k | form | {info['config']} |", md.stdout)
             self.assertIn("| fwd+bwd | 2 | context | 2: ", md.stdout)
 
+    def test_profile_lists_the_context_forms_guard_calls(self):
+        # on 2 meshes a context-form call also checks the other graph's
+        # guard, which flattens the input and compares its spec
+        proc = subprocess.run(
+            [sys.executable, ATTR_VS_CONTEXT, "--mode", MODE, "--profile", "fwd,2"],
+            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+            timeout=600,
+        )
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("fwd, k = 2", proc.stdout)
+        self.assertRegex(proc.stdout, r"-\d+\.\d\d  subclass/workload: __eq__")
+
 
 @unittest.skipIf(MODE not in ("backport", "native", "forced"), f"no benchmark mode for {MODE}")
 class TestGpuTableCpuPath(unittest.TestCase):
