@@ -10,8 +10,9 @@ the graphs captured (``torch.cuda.graph`` entered, counted around each case)
 and inductor's ``cudagraph_*`` counters (``cudagraph_skips`` is the one that
 says why a graph was not captured; the keys differ between releases, so
 those present are printed). Then the demo's per-step time on the same device
-(``python -m torch_subclass_rt demo --device cuda``). About 2-4 minutes on
-an H200, most of it inductor compiling.
+(``python -m torch_subclass_rt demo --device cuda``). Sized to finish in
+under 5 minutes on an H200 (not yet timed on one; the full CPU path, default
+mode and the demo, took 43 s on the 2-core development machine).
 
     python benchmarks/gpu_table.py [--device cuda|cpu] [--n 1,8]
         [--compile-modes default,reduce-overhead] [--kinds fwd,fwd+bwd]
