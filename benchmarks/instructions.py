@@ -15,15 +15,11 @@ each; ``shared``: one handle for all) and on N plain tensors: per call, the
 extra per subclass input ``(subclass - plain) / N``, and the first call
 (trace + compile + one run) of each.
 
-How: the workload runs in a child process under ``valgrind --tool=callgrind
---instr-atstart=no --collect-atstart=no``, so imports and the one-time costs
-of a first compile run uninstrumented (about 5x slower than without
-valgrind instead of 50x). Around each measured region the child asks this
-process to switch instrumentation on (``callgrind_control -i on PID``; the
-child spins until it is, so the switch lands outside the region), toggles
-collection on and off around exactly that region with torch's own client
-requests (``torch._C._valgrind_toggle``), and dumps the counts
-(``_valgrind_toggle_and_dump_stats``): one dump per variant and figure.
+How: the workload runs in a child process under callgrind, started and
+served by ``benchmarks/callgrind.py`` (shared with ``attr_vs_context.py``),
+so imports and the one-time costs of a first compile run uninstrumented
+(about 5x slower than without valgrind instead of 50x); each measured region
+is switched on from outside and dumped on its own (that module says how).
 Python's hash seed is fixed (``PYTHONHASHSEED=0``) and the garbage collector
 runs before each region and not inside it (its cost lands on whichever call
 crosses its threshold), so two runs agree to well under 1 %.
@@ -51,19 +47,15 @@ subclass argument on every call, as a regression would.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import platform
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-import workload  # benchmarks/, beside this script (imports no torch)
+import callgrind  # benchmarks/, beside this script (neither imports torch)
+import workload
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -83,44 +75,6 @@ GATE_FIGURES = ("extra_per_input", "sub_per_call")
 
 
 # ---------------------------------------------------------------- the child
-
-
-class _Child:
-    """The measuring side, run under callgrind: asks the parent (through a
-    pipe) to switch instrumentation, waits for its answer (a file) spinning,
-    so that the valgrind core keeps polling for the command."""
-
-    def __init__(self, request_fd: int, ack_dir: str) -> None:
-        self.request = os.fdopen(request_fd, "w", buffering=1)
-        self.ack_dir = ack_dir
-        self.seq = 0
-        self.instrumented = False
-        self.labels: list[str] = []
-
-    def instrument(self, on: bool) -> None:
-        if on == self.instrumented:
-            return
-        self.seq += 1
-        ack = os.path.join(self.ack_dir, f"ack-{self.seq}")
-        self.request.write(f"{'on' if on else 'off'} {self.seq}\n")
-        while not os.path.exists(ack):
-            time.sleep(0)
-        self.instrumented = on
-
-    def region(self, label: str, fn, *args) -> None:
-        """Count the instructions of ``fn(*args)`` into a dump of its own."""
-        import torch
-
-        assert self.instrumented
-        # a collection inside the region lands on whichever call crosses
-        # the threshold: left out, so K calls cost K times one call
-        gc.collect()
-        gc.disable()
-        torch._C._valgrind_toggle()
-        fn(*args)
-        torch._C._valgrind_toggle_and_dump_stats()
-        gc.enable()
-        self.labels.append(label)
 
 
 def _calls(step, xs, k: int) -> None:
@@ -168,7 +122,7 @@ def child_main(args: argparse.Namespace) -> int:
     if int(os.environ.get("TSRT_BENCH_SLOWDOWN", "0")):
         slowed = _slow_down(int(os.environ["TSRT_BENCH_SLOWDOWN"]))
     torch.set_num_threads(1)
-    child = _Child(args.request_fd, args.ack_dir)
+    child = callgrind.Child(args.request_fd, args.ack_dir)
     # a process's first compile pays one-time imports and caches: keep them
     # out of the first configuration's compile figure (uninstrumented, fast)
     for kind in args.kinds:
@@ -204,26 +158,16 @@ def child_main(args: argparse.Namespace) -> int:
                     child.region(f"calls/{variant}/{tag}", _calls, *steps[variant], args.calls)
                 child.instrument(False)
                 torch._dynamo.reset()
-    info = {
-        "labels": child.labels,
+    child.finish({
         "torch": tsrt.torch_version(),
         "mode": args.mode,
         "python": platform.python_version(),
         "slowed_calls": None if slowed is None else slowed[0],
-    }
-    Path(args.ack_dir, "child.json").write_text(json.dumps(info))
+    })
     return 0
 
 
 # --------------------------------------------------------------- the parent
-
-
-def _total_ir(path: Path) -> int:
-    """The instruction count of one callgrind dump (its totals line)."""
-    for line in path.read_text().splitlines():
-        if line.startswith(("totals:", "summary:")):
-            return int(line.split()[1])
-    raise RuntimeError(f"no totals line in callgrind dump {path}")
 
 
 def _default_mode() -> str:
@@ -240,55 +184,11 @@ def measure(mode: str, n: list[int], kinds: list[str], opaques: list[str], calls
             verbose: bool = False, keep: str | None = None) -> tuple[dict, list[dict]]:
     """Run the workload under callgrind; (child's info, one row per
     (N, opaques, kind)) with instructions per call and per first call."""
-    for tool in ("valgrind", "callgrind_control"):
-        if shutil.which(tool) is None:
-            raise SystemExit(f"instructions.py: {tool} is not on PATH: install valgrind "
-                             "(e.g. apt-get install valgrind) to count instructions")
-    with tempfile.TemporaryDirectory(prefix="tsrt-callgrind-") as tmp:
-        out = os.path.join(tmp, "callgrind.out")
-        read_fd, write_fd = os.pipe()
-        cmd = [
-            "valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no",
-            f"--callgrind-out-file={out}", "--vgdb=yes",
-            sys.executable, str(Path(__file__).resolve()), "--child",
-            "--mode", mode, "--n", ",".join(map(str, n)), "--kinds", ",".join(kinds),
-            "--opaques", ",".join(opaques), "--calls", str(calls), "--backend", backend,
-            "--request-fd", str(write_fd), "--ack-dir", tmp,
-            "--compile-n", ",".join(map(str, compile_n or [0])),
-        ] + ([] if compile_n else ["--no-compile"])
-        child_env = {**os.environ, **(env or {}), "PYTHONHASHSEED": "0",
-                     "PYTHONPATH": os.pathsep.join(
-                         [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
-        log = open(os.path.join(tmp, "valgrind.log"), "w+")
-        proc = subprocess.Popen(cmd, pass_fds=(write_fd,), env=child_env,
-                                stdout=log, stderr=subprocess.STDOUT)
-        os.close(write_fd)
-        with os.fdopen(read_fd) as requests:
-            for line in requests:
-                state, seq = line.split()
-                # zeroed after each switch: callgrind 3.19 otherwise can
-                # total a later region's dump below zero (wrapped to 2**64)
-                for ctl_args in (["-i", state], ["-z"]):
-                    ctl = subprocess.run(["callgrind_control", *ctl_args, str(proc.pid)],
-                                         capture_output=True, text=True)
-                    if ctl.returncode != 0 or "OK" not in ctl.stdout:
-                        proc.kill()
-                        raise RuntimeError(f"callgrind_control {' '.join(ctl_args)} {proc.pid} "
-                                           f"failed: {ctl.stdout}{ctl.stderr}")
-                Path(tmp, f"ack-{seq}").touch()
-                if verbose:
-                    print(f"  instrumentation {state} ({seq})", file=sys.stderr, flush=True)
-        rc = proc.wait()
-        log.seek(0)
-        if rc != 0:
-            raise RuntimeError(f"the measuring child failed (exit {rc}):\n{log.read()[-6000:]}")
-        info = json.loads(Path(tmp, "child.json").read_text())
-        dumps = sorted(Path(tmp).glob("callgrind.out.*"), key=lambda p: int(p.suffix[1:]))
-        if len(dumps) != len(info["labels"]):
-            raise RuntimeError(f"{len(dumps)} callgrind dumps for {len(info['labels'])} regions")
-        ir = {label: _total_ir(p) for label, p in zip(info["labels"], dumps)}
-        if keep:
-            shutil.copytree(tmp, keep, dirs_exist_ok=True)
+    info, ir = callgrind.run(__file__, [
+        "--mode", mode, "--n", ",".join(map(str, n)), "--kinds", ",".join(kinds),
+        "--opaques", ",".join(opaques), "--calls", str(calls), "--backend", backend,
+        "--compile-n", ",".join(map(str, compile_n or [0])),
+    ] + ([] if compile_n else ["--no-compile"]), env=env, verbose=verbose, keep=keep)
     rows = []
     for size in n:
         for op in opaques:
@@ -510,9 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gate-processes", type=int, default=GATE_PROCESSES,
                         help=f"with --gate: at most this many processes measure a failing figure "
                              f"(default {GATE_PROCESSES})")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--request-fd", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--ack-dir", help=argparse.SUPPRESS)
+    callgrind.add_child_arguments(parser)
     args = parser.parse_args(argv)
     for kind in args.kinds:
         if kind not in KINDS:

@@ -1,6 +1,11 @@
 """benchmarks/scaling.py runs end to end (tiny N; the figures are not checked:
 timings are not tests), and --combine merges runs into one table.
 
+benchmarks/attr_vs_context.py runs end to end (k = 1, 2, no callgrind): the
+compile counts it measures are checked, since they are what it shows (the
+context form one graph per mesh, the attr form one for all).
+benchmarks/gpu_table.py runs its CPU path (one input, forward, inductor).
+
 benchmarks/instructions.py's gate (instruction counts are tests): it fails on
 a per-call wrapper slowed on purpose, and its comparison holds each figure
 to the committed baseline and the backport to native 2.13."""
@@ -22,6 +27,8 @@ MODE = harness.current_mode()
 
 ROOT = Path(__file__).resolve().parents[2]
 SCALING = str(ROOT / "benchmarks" / "scaling.py")
+ATTR_VS_CONTEXT = str(ROOT / "benchmarks" / "attr_vs_context.py")
+GPU_TABLE = str(ROOT / "benchmarks" / "gpu_table.py")
 INSTRUCTIONS = str(ROOT / "benchmarks" / "instructions.py")
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -88,6 +95,86 @@ class TestScalingBenchmark(unittest.TestCase):
         )
         self.assertEqual(proc.returncode, 2)
         self.assertIn("--kinds: fwd or fwd+bwd, got 'bwd'", proc.stderr)
+
+
+@unittest.skipIf(MODE not in ("backport", "native", "forced"), f"no benchmark mode for {MODE}")
+class TestAttrVsContext(unittest.TestCase):
+    def test_runs_and_counts_compiles(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            run = os.path.join(tmp, "run.json")
+            proc = subprocess.run(
+                [sys.executable, ATTR_VS_CONTEXT, "--mode", MODE, "--k", "1,2", "--repeats", "1",
+                 "--calls", "2", "--timed-calls", "4", "--no-callgrind", "--json", run],
+                capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                timeout=600,
+            )
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            info, rows = json.loads(Path(run).read_text())
+            self.assertTrue(info["config"].endswith(MODE), info)
+            compiles = {(r["kind"], r["form"], r["k"]): r["compiles"] for r in rows}
+            expected = {(kind, form, k): k if form == "context" else 1
+                        for kind in ("fwd", "fwd+bwd") for form in ("plain", "context", "attr")
+                        for k in (1, 2)}
+            self.assertEqual(compiles, expected)
+            for r in rows:
+                self.assertNotIn("instr_per_call", r)
+                self.assertGreater(min(r["compile_s"]), 0)
+                self.assertGreater(min(r["per_call_us"]), 0)
+                self.assertGreater(r["mem_peak_mib"], 0)
+            self.assertIn("compile s, median (min-max)", proc.stdout)
+            self.assertNotIn("default recompile_limit", proc.stdout)  # k <= the limit
+            combined = subprocess.run(
+                [sys.executable, ATTR_VS_CONTEXT, "--combine", run, run], capture_output=True,
+                text=True, timeout=120,
+            )
+            self.assertEqual(combined.returncode, 0, combined.stderr)
+            self.assertEqual(combined.stdout.count(info["config"]), 2)
+            md = subprocess.run(
+                [sys.executable, ATTR_VS_CONTEXT, "--combine", run, "--markdown"],
+                capture_output=True, text=True, timeout=120,
+            )
+            self.assertEqual(md.returncode, 0, md.stderr)
+            self.assertIn(f"| kind | k | form | {info['config']} |", md.stdout)
+            self.assertIn("| fwd+bwd | 2 | context | 2: ", md.stdout)
+
+    def test_profile_lists_the_context_forms_guard_calls(self):
+        # on 2 meshes a context-form call also checks the other graph's
+        # guard, which flattens the input and compares its spec
+        proc = subprocess.run(
+            [sys.executable, ATTR_VS_CONTEXT, "--mode", MODE, "--profile", "fwd,2"],
+            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+            timeout=600,
+        )
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("fwd, k = 2", proc.stdout)
+        self.assertRegex(proc.stdout, r"-\d+\.\d\d  subclass/workload: __eq__")
+
+
+@unittest.skipIf(MODE not in ("backport", "native", "forced"), f"no benchmark mode for {MODE}")
+class TestGpuTableCpuPath(unittest.TestCase):
+    def test_cpu_path(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "table.json")
+            proc = subprocess.run(
+                [sys.executable, GPU_TABLE, "--device", "cpu", "--mode", MODE, "--n", "1",
+                 "--kinds", "fwd", "--calls", "3", "--repeats", "2", "--no-demo", "--json", out],
+                capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                timeout=600,
+            )
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            rows = json.loads(Path(out).read_text())["rows"]
+        self.assertEqual(sorted((r["compile_mode"], r["form"]) for r in rows),
+                         sorted((m, f) for m in ("default", "reduce-overhead")
+                                for f in ("plain", "context", "attr")))
+        for r in rows:
+            if r["compile_mode"] == "reduce-overhead":
+                self.assertEqual(r["skipped"], "CUDA graphs do not apply on CPU")
+            else:
+                self.assertEqual((r["compiles"], r["captures"]), (1, 0))
+                self.assertEqual(r["callers_mesh"] is None, r["form"] == "plain")
+                self.assertEqual(len(r["per_call_us"]), 2)
+        self.assertIn("n/a: CUDA graphs do not apply on CPU", proc.stdout)
+        self.assertIn("us/call, median (min-max)", proc.stdout)
 
 
 def _rows(config: str, baseline: dict, scale: dict[str, float]) -> list[dict]:
