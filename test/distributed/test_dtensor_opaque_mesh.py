@@ -128,11 +128,9 @@ class TestDTensorOpaqueMesh(TestCase):
         fake, other = (maybe_to_fake_obj(FakeTensorMode(), mesh) for _ in range(2))
         self.assertIsNot(fake, other)
         self.assertTrue(fake == other and fake == mesh and not fake != other)
-        # hashed as its mesh (2.13; install() on 2.11, whose tracer then
-        # keys fakes by identity, see below); the series' 0014 still hashes
-        # by identity (not ported yet, tools/series_map.py)
-        if MODE != "patched":
-            self.assertEqual(hash(fake), hash(other))
+        # hashed as its mesh (2.13; install() and the series' 0022 on 2.11,
+        # whose tracer then keys fakes by identity, see below)
+        self.assertEqual(hash(fake), hash(other))
         self.assertTrue(fake != fixtures.mesh("tp"))
 
     @unittest.skipIf(
@@ -140,16 +138,16 @@ class TestDTensorOpaqueMesh(TestCase):
     )
     def test_fakes_of_one_object_tracked_apart(self, device):
         # 2.11's proxy tracer keys FakeScriptObjects by hash (_WeakHashRef),
-        # which install() makes identity for fakes: two fakes of one object
-        # (two inputs sharing it) must stay two keys, or they become one
-        # graph input
+        # which install() (and the series' 0022) make identity for fakes: two
+        # fakes of one object (two inputs sharing it) must stay two keys, or
+        # they become one graph input
         from torch._library.fake_class_registry import maybe_to_fake_obj
         from torch._subclasses.fake_tensor import FakeTensorMode
-        from torch.utils.weak import WeakIdKeyDictionary, _WeakHashRef
+        from torch.fx.experimental.proxy_tensor import PythonKeyTracer
 
         mesh = fixtures.mesh("dp")
         fake, other = (maybe_to_fake_obj(FakeTensorMode(), mesh) for _ in range(2))
-        tracker = WeakIdKeyDictionary(dict=None, ref_type=_WeakHashRef)
+        tracker = PythonKeyTracer().script_object_tracker
         tracker[fake], tracker[other] = 1, 2
         self.assertEqual(len(tracker), 2)
 
