@@ -167,7 +167,8 @@ POINTS = [
         build=_build_subclass_post_compile,
         reason="per-call unwrap/wrap decided once per compiled function "
         "(2.13 generates this wrapper's source)",
-        # benchmarks/overhead.py --subclass mesh on 2.11 (README "Overhead")
+        # benchmarks/overhead.py --subclass mesh on 2.11 (docs/performance.md,
+        # "Per-subclass-input cost")
         speed_only="per-call overhead ratio 1.35 (2.11's loop) -> ~1.2",
         guarded_by=(
             "test/runtime/test_subclass_wrapper_codegen.py::TestGeneratedWrapperSource::test_flat",
@@ -181,7 +182,7 @@ POINTS = [
         reason="grad subclass rebuild generated once per compiled backward "
         "(2.13 generates it too); torch's path for everything else",
         speed_only="fwd+bwd on N = 100 MeshTensors: 327.5k -> 320.7k extra instructions "
-        "per subclass input per call (native 2.13: 322.8k); README, Overhead",
+        "per subclass input per call (native 2.13: 322.8k); docs/performance.md, Figures",
         # the fast path is in effect: the generated rebuild logs its source
         guarded_by=(
             "test/runtime/test_grad_codegen.py::TestGeneratedGradWrapperCompiled::test_distinct_and_shared_handles",
