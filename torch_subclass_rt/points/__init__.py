@@ -144,6 +144,7 @@ CHANGES: tuple[str, ...] = (
     "lazy_members",
     "opaque_reads",
     "partitioner_deprecated_name",
+    "donated_buffers_split",
 )
 
 #: the torch subsystems, each with the torch packages its targets live in
