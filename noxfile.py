@@ -106,12 +106,18 @@ NO_REPR_TRACED_TESTS = "test/runtime/test_no_repr_subclass_traced.py"
 #: torch 2.14's partitioner logs a deprecation (about 10 s): xfail in plain
 #: native on 2.14.x, passes elsewhere and with install()
 DEPRECATED_NAME_TESTS = "test/points/test_partitioner_deprecated_name.py"
+#: Inductor's backward overwrote the output and grad_output of a graph
+#: with a mutated subclass input, also from a cache stock torch warmed
+#: (about 30 s, two Inductor compiles): every release has it (xfail in
+#: plain native), install() fixes it
+DONATED_TESTS = "test/points/test_donated_buffers_split.py"
 FIRST_RELEASE_NATIVE = [
     FIX_TESTS,
     CACHE_READS_TESTS,
     CACHE_READS_RANKS,
     NO_REPR_TRACED_TESTS,
     DEPRECATED_NAME_TESTS,
+    DONATED_TESTS,
     # PR 193452 (open upstream): registered members read eagerly
     LAZY_TESTS,
     # PR 180530: torch 2.12 refuses a ProcessGroup among inner attrs
@@ -297,7 +303,8 @@ def tests(session: nox.Session, torch: str) -> None:
                    ignore=(RANKS_TESTS, COMPARE_TESTS, DTENSOR_SCENARIOS))
         _run_files(session, "native+fixes", [CACHE_READS_RANKS], env)
         _run_files(session, "native", [FIX_TESTS, LAZY_TESTS, CACHE_READS_TESTS, CACHE_READS_RANKS,
-                                       NO_REPR_TRACED_TESTS, DEPRECATED_NAME_TESTS], env)
+                                       NO_REPR_TRACED_TESTS, DEPRECATED_NAME_TESTS, DONATED_TESTS],
+                   env)
         if torch == "2.14.1":
             # the fixes upstream main lacks, as a ghstack-ready git-am series
             # (patches/upstream/): applies to v2.14.1, its in-tree tests pass
@@ -316,7 +323,8 @@ def tests(session: nox.Session, torch: str) -> None:
         )
         _run_files(session, "native+fixes", [FIX_TESTS, LAZY_TESTS, "test/patching/test_install.py",
                                              CACHE_READS_TESTS, CACHE_READS_RANKS,
-                                             NO_REPR_TRACED_TESTS, PHYSICSNEMO_WARM], env)
+                                             NO_REPR_TRACED_TESTS, PHYSICSNEMO_WARM, DONATED_TESTS],
+                   env)
         _instruction_gate(session, "native", env)
 
 
