@@ -227,6 +227,37 @@ class TestDonatedBuffersSplit(TestCase):
                 torch.testing.assert_close(a_part, e_part, msg=lambda m: f"{what} after backward: {m}")
 
 
+class TestWhichGraphsGetTheirOwnKey(TestCase):
+    """Note [A fix that changes compiled code is in the cache keys]: only a
+    graph that may mutate a subclass input leaves stock torch's AOTAutograd
+    key, so every other entry stays shared with stock torch."""
+
+    def _may_mutate(self, fn, *inputs):
+        from torch_subclass_rt.points.donated_buffers_split import may_mutate_subclass_input
+
+        return may_mutate_subclass_input(torch.fx.symbolic_trace(fn), inputs)
+
+    def test_which_graphs_get_their_own_cache_key(self):
+        import operator
+
+        two = TwoTensor(torch.randn(3), torch.randn(3))
+        plain = torch.randn(3)
+        self.assertTrue(self._may_mutate(lambda x: x.mul_(2).exp(), two))
+        self.assertTrue(self._may_mutate(lambda x, y: torch.add(y, 1, out=y) + x, two, plain))
+        self.assertTrue(self._may_mutate(lambda x: torch.nn.functional.relu(x, inplace=True), two))
+        # x += 1 as Dynamo records it (symbolic_trace would record an add)
+        graph = torch.fx.Graph()
+        graph.output(graph.call_function(operator.iadd, (graph.placeholder("x"), 1)))
+        from torch_subclass_rt.points.donated_buffers_split import may_mutate_subclass_input
+
+        self.assertTrue(may_mutate_subclass_input(torch.fx.GraphModule({}, graph), [two]))
+        self.assertTrue(self._may_mutate(lambda x: torch.ops.aten.add_.Tensor(x, x), two))
+        # no subclass input, or no in-place call: stock torch's key
+        self.assertFalse(self._may_mutate(lambda x: x.mul_(2).exp(), plain))
+        self.assertFalse(self._may_mutate(lambda x: (x.sin() * 2).cos(), two))
+        self.assertFalse(self._may_mutate(lambda x: torch.ops.aten.add.Tensor(x, x).__add__(1), two))
+
+
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests
 

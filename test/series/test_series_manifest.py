@@ -103,6 +103,10 @@ ONLY_OURS: dict[tuple[str, str, str], str] = {
             "install()): a patched torch has no stock run in its process, and its "
             "torch_key, a hash of the patched sources, keeps stock entries apart"
         ),
+        "test_which_graphs_get_their_own_cache_key": (
+            "a unit test of install()'s cache-key check (points/donated_buffers_split.py); "
+            "a patched torch needs no such check: torch_key changes with its sources"
+        ),
     }),
     **_listed("test/test_opaque_subclass_user_written.py", {
         name: (

@@ -32,8 +32,8 @@ graph key does not name the donated buffers. So a backward compiled without
 the fix -- by stock torch, or an earlier install() -- would be served from a
 warm cache after install() with its buffer reuse baked in (measured: the
 same wrong values on 2.14.1 with the AOTAutograd cache off, since the FX
-graph cache still hits). Both keys therefore name this change
-(Note [A fix that changes compiled code is in the cache keys]); the series
+graph cache still hits). Both keys therefore name this change where it may
+matter (Note [A fix that changes compiled code is in the cache keys]); the series
 needs no edit for it: its change to ``collect_bw_donated_buffer_idxs`` is in
 the sources that ``torch_key`` hashes, which is what these points name as
 their series counterpart.
@@ -114,32 +114,96 @@ def _build_split_where_partitioned(original):
 #     AOTAutograd's and Inductor's caches trust ``torch_key`` (a hash of
 #     torch's Python sources) to tell compiles by other code apart. A point
 #     that changes what a compile produces for a graph stock torch compiles
-#     too must put itself into the keys, or a warm cache hands back the
-#     artifact stock torch made. Only this change needs it so far: the
-#     backport's other points change graphs that stock 2.10 / 2.11 cannot
-#     compile, and on 2.12+ an entry of a graph with opaque inputs saved
-#     without install() has no opaque-reads record and is never a hit
-#     (Note [Opaque reads in the AOTAutograd cache]). Every graph's keys
-#     change, not only those the fix changes: the AOTAutograd key is taken
-#     before the graph is traced, so which graphs the fix changes is not
-#     known yet. Cost: one cold compile per graph after install() where the
-#     cache was warmed without it.
+#     too must put itself into the keys of that graph, or a warm cache hands
+#     back the artifact stock torch made. Only this change needs it so far:
+#     the backport's other points change graphs that stock 2.10 / 2.11
+#     cannot compile, and on 2.12+ an entry of a graph with opaque inputs
+#     saved without install() has no opaque-reads record and is never a hit
+#     (Note [Opaque reads in the AOTAutograd cache]).
+#
+#     Both keys are pickles of a ``FxGraphHashDetails`` (AOTAutograd's is
+#     its subclass ``AOTAutogradCacheDetails``), so the details carry it:
+#
+#     * Inductor's key of a backward names its donated inputs (which
+#       inputs the compiled code may overwrite; torch leaves them out of
+#       the key, since one torch always computes the same ones). A backward
+#       compiled by stock torch with the shifted indices then has another
+#       key than the fixed one; a backward the fix does not change gets a
+#       key of its own once after install(), and an AOTAutograd entry
+#       loads its compiled backward by the key it stored, so entries stay
+#       shared with stock torch.
+#     * AOTAutograd's key is taken before the graph is traced, when which
+#       graphs the fix changes is not known: a graph that may mutate a
+#       subclass input (a subclass among its inputs and an in-place call,
+#       ``out=`` or ``inplace=True`` in it; :func:`may_mutate_subclass_input`)
+#       gets a key of its own. Every other graph keeps stock torch's key,
+#       so its entries stay shared (test/points/test_cache_across_modes.py).
+#       A mutation this check cannot see (one inside a custom op that does
+#       not declare it) keeps stock's key: an entry that stock torch saved
+#       for such a graph would be served.
 KEY_SALT = "torch_subclass_rt:donated_buffers_split:1"
 #: the attribute of the key's details that carries it
 KEY_ATTR = "torch_subclass_rt_fixes"
 
+_INPLACE_OPERATORS = frozenset(
+    "setitem iadd isub imul imatmul itruediv ifloordiv imod ipow iand ior ixor ilshift irshift".split()
+)
+
+
+def _may_mutate(node) -> bool:
+    import operator
+
+    target = node.target
+    if node.op == "call_method":
+        return isinstance(target, str) and target.endswith("_") and not target.startswith("__")
+    if node.op != "call_function":
+        return False
+    if node.kwargs.get("out") is not None or node.kwargs.get("inplace") is True:
+        return True
+    if getattr(operator, getattr(target, "__name__", ""), None) is target:
+        return target.__name__ in _INPLACE_OPERATORS
+    schema = getattr(target, "_schema", None)
+    if schema is not None:
+        return schema.is_mutable
+    name = getattr(target, "__name__", "")
+    return name.endswith("_") and not name.startswith("__")
+
+
+def may_mutate_subclass_input(gm, example_inputs) -> bool:
+    """Whether the Dynamo graph ``gm`` might mutate a tensor subclass input:
+    a traceable wrapper subclass among ``example_inputs`` and an in-place
+    call anywhere in the graph (conservative: one in-place op on any tensor
+    is enough)."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    if not any(is_traceable_wrapper_subclass(x) for x in example_inputs):
+        return False
+    return any(_may_mutate(n) for n in gm.graph.nodes)
+
 
 def _build_details_with_fix(original):
     @functools.wraps(original)
-    def __init__(self, *args, **kwargs):
+    def __init__(self, gm, example_inputs, fx_kwargs, *args, **kwargs):
         """Wraps ``torch._inductor.codecache.FxGraphHashDetails.__init__``
-        (torch 2.10.0 - 2.14.1), whose object both keys pickle (Inductor's
-        FX graph key, and AOTAutograd's through ``AOTAutogradCacheDetails``,
-        its subclass). Differs: the details also name this fix, so neither
-        cache serves what was compiled without it (Note [A fix that changes
-        compiled code is in the cache keys])."""
-        original(self, *args, **kwargs)
-        setattr(self, KEY_ATTR, KEY_SALT)
+        (torch 2.10.0 - 2.14.1), the object both cache keys pickle
+        (Inductor's FX graph key; AOTAutograd's through its subclass
+        ``AOTAutogradCacheDetails``). Differs: a backward's details name its
+        donated inputs, and an AOTAutograd key of a graph that may mutate a
+        subclass input names this fix (Note [A fix that changes compiled
+        code is in the cache keys])."""
+        original(self, gm, example_inputs, fx_kwargs, *args, **kwargs)
+        from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCacheDetails
+
+        if isinstance(self, AOTAutogradCacheDetails):
+            if may_mutate_subclass_input(gm, example_inputs):
+                setattr(self, KEY_ATTR, KEY_SALT)
+        elif fx_kwargs.get("is_backward"):
+            from torch._inductor.utils import get_donated_idxs
+
+            # none donated is a value too: stock torch's backward of the same
+            # graph may have donated some
+            donated = get_donated_idxs()
+            setattr(self, KEY_ATTR, (KEY_SALT, None if donated is None else tuple(donated)))
 
     return __init__
 
