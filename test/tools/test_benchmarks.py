@@ -5,6 +5,8 @@ benchmarks/attr_vs_context.py runs end to end (k = 1, 2, no callgrind): the
 compile counts it measures are checked, since they are what it shows (the
 context form one graph per mesh, the attr form one for all).
 benchmarks/gpu_table.py runs its CPU path (one input, forward, inductor).
+benchmarks/compile_cost.py runs at N = 3 (its bytes and calls not checked,
+only that each package's share adds up and the subclass compile costs more).
 
 benchmarks/instructions.py's gate (instruction counts are tests): it fails on
 a per-call wrapper slowed on purpose, and its comparison holds each figure
@@ -30,6 +32,7 @@ SCALING = str(ROOT / "benchmarks" / "scaling.py")
 ATTR_VS_CONTEXT = str(ROOT / "benchmarks" / "attr_vs_context.py")
 GPU_TABLE = str(ROOT / "benchmarks" / "gpu_table.py")
 INSTRUCTIONS = str(ROOT / "benchmarks" / "instructions.py")
+COMPILE_COST = str(ROOT / "benchmarks" / "compile_cost.py")
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import instructions  # noqa: E402  (benchmarks/, imports no torch at module level)
@@ -175,6 +178,29 @@ class TestGpuTableCpuPath(unittest.TestCase):
                 self.assertEqual(len(r["per_call_us"]), 2)
         self.assertIn("n/a: CUDA graphs do not apply on CPU", proc.stdout)
         self.assertIn("us/call, median (min-max)", proc.stdout)
+
+
+@unittest.skipIf(MODE not in ("backport", "native", "forced"), f"no benchmark mode for {MODE}")
+class TestCompileCost(unittest.TestCase):
+    def test_runs_at_small_n(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "cost.json")
+            proc = subprocess.run(
+                [sys.executable, COMPILE_COST, "--mode", MODE, "--n", "3", "--json", out],
+                capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                timeout=600,
+            )
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            rows = json.loads(Path(out).read_text())["rows"]
+        sub, plain = rows
+        self.assertEqual((sub["inputs"], plain["inputs"]), ("subclass", "plain"))
+        calls = {r["inputs"]: sum(v["calls"] for v in r["by_package"].values()) for r in rows}
+        self.assertGreater(calls["subclass"], calls["plain"])
+        self.assertIn("the subclass (examples)", sub["by_package"])
+        self.assertEqual("torch_subclass_rt" in sub["by_package"], MODE != "native")
+        for r in rows:
+            self.assertGreater(r["peak_bytes"], 0)
+        self.assertIn("heap peak", proc.stdout)
 
 
 def _rows(config: str, baseline: dict, scale: dict[str, float]) -> list[dict]:
