@@ -329,7 +329,8 @@ class TestVerifyPatches(ToolTestCase):
     def test_each_series_runs_what_it_carries(self) -> None:
         # v2.10.0 carries DeviceMesh / ProcessGroup as opaques and derived
         # submeshes (0012, 0013, 0016, 0017), user-written subclasses (0019)
-        # lazy members (0020) and the metadata repr (0021), not DTensor's
+        # lazy members (0020), the metadata repr (0021) and the donated
+        # buffers of a mutated subclass input (0024), not DTensor's
         # mesh attr (0014, 0015): it runs their in-tree tests, and no DTensor
         # suite
         from tools import verify_patches
@@ -344,6 +345,7 @@ class TestVerifyPatches(ToolTestCase):
                 "test/test_opaque_subclass_user_written.py",
                 "test/test_opaque_lazy_members.py",
                 "test/test_aot_metadata_repr_subclass.py",
+                "test/test_aot_donated_buffer_subclass_mutation.py",
             ],
         )
         dtensor = REPO / "test" / "distributed" / "test_dtensor_opaque_mesh.py"
