@@ -54,11 +54,12 @@ FIX = (
 )
 
 
-def _num_saved_outputs(fw_module) -> int | None:
-    """How many of ``fw_module``'s outputs the partitioner saved for the
-    backward, read off the output node's descriptors (every release we
-    support writes them: ``SavedForBackwards[NoVcCheck]AOTOutput``), or
-    ``None`` where a graph carries none (then torch's split stands)."""
+def _partitioner_split(fw_module) -> int | None:
+    """How many of ``fw_module``'s outputs come before the ones the
+    partitioner saved for the backward, read off the output node's
+    descriptors (every release we support writes them:
+    ``SavedForBackwards[NoVcCheck]AOTOutput``), or ``None`` where a graph
+    carries none (then torch's split stands)."""
     from torch._functorch._aot_autograd import descriptors
 
     saved_kinds = tuple(
@@ -76,7 +77,7 @@ def _num_saved_outputs(fw_module) -> int | None:
     descs = output.meta.get("desc")
     if not isinstance(descs, (list, tuple)) or len(descs) != len(output.args[0]):
         return None
-    return sum(isinstance(d, saved_kinds) for d in descs)
+    return len(descs) - sum(isinstance(d, saved_kinds) for d in descs)
 
 
 def _build_split_where_partitioned(original):
@@ -97,13 +98,10 @@ def _build_split_where_partitioned(original):
         of the fix (patches/upstream/0006) passes the partitioner's count
         from both callers instead; this one needs no edit to them.
         """
-        num_saved = _num_saved_outputs(fw_module)
-        if num_saved is not None:
-            num_fw_outs = len(fw_module.graph.find_nodes(op="output")[-1].args[0])
-            split = num_fw_outs - num_saved
-            if split != fw_metadata.num_forward and 0 <= split <= num_fw_outs:
-                fw_metadata = copy.copy(fw_metadata)
-                fw_metadata.num_forward = split
+        split = _partitioner_split(fw_module)
+        if split is not None and split != fw_metadata.num_forward:
+            fw_metadata = copy.copy(fw_metadata)
+            fw_metadata.num_forward = split
         return original(fw_module, bw_module, fw_metadata)
 
     return collect_bw_donated_buffer_idxs
