@@ -35,6 +35,7 @@ OURS = {
     "test/test_opaque_lazy_members.py": "test_lazy_members.py",
     "test/test_aot_metadata_repr_subclass.py": "test_no_repr_subclass_traced.py",
     "test/test_aot_donated_buffer_subclass_mutation.py": "test_donated_buffers_split.py",
+    "test/test_aot_saved_strides_subclass_mutation.py": "test_saved_activation_strides.py",
 }
 
 

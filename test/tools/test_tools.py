@@ -329,8 +329,9 @@ class TestVerifyPatches(ToolTestCase):
     def test_each_series_runs_what_it_carries(self) -> None:
         # v2.10.0 carries DeviceMesh / ProcessGroup as opaques and derived
         # submeshes (0012, 0013, 0016, 0017), user-written subclasses (0019)
-        # lazy members (0020), the metadata repr (0021) and the donated
-        # buffers of a mutated subclass input (0024), not DTensor's
+        # lazy members (0020), the metadata repr (0021), the donated
+        # buffers and saved activations' strides of a mutated subclass
+        # input (0024, 0025), not DTensor's
         # mesh attr (0014, 0015): it runs their in-tree tests, and no DTensor
         # suite
         from tools import verify_patches
@@ -346,6 +347,7 @@ class TestVerifyPatches(ToolTestCase):
                 "test/test_opaque_lazy_members.py",
                 "test/test_aot_metadata_repr_subclass.py",
                 "test/test_aot_donated_buffer_subclass_mutation.py",
+                "test/test_aot_saved_strides_subclass_mutation.py",
             ],
         )
         dtensor = REPO / "test" / "distributed" / "test_dtensor_opaque_mesh.py"

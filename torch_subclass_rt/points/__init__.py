@@ -145,6 +145,7 @@ CHANGES: tuple[str, ...] = (
     "opaque_reads",
     "partitioner_deprecated_name",
     "donated_buffers_split",
+    "saved_activation_strides",
 )
 
 #: the torch subsystems, each with the torch packages its targets live in

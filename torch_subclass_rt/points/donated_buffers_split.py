@@ -113,8 +113,10 @@ def _build_split_where_partitioned(original):
 #     torch's Python sources) to tell compiles by other code apart. A point
 #     that changes what a compile produces for a graph stock torch compiles
 #     too must put itself into the keys of that graph, or a warm cache hands
-#     back the artifact stock torch made. Only this change needs it so far:
-#     the backport's other points change graphs that stock 2.10 / 2.11
+#     back the artifact stock torch made. Only this change and
+#     saved_activation_strides (the same graphs; it requires this change's
+#     key point and adds nothing to the keys) need it so far: the
+#     backport's other points change graphs that stock 2.10 / 2.11
 #     cannot compile, and on 2.12+ an entry of a graph with opaque inputs
 #     saved without install() has no opaque-reads record and is never a hit
 #     (Note [Opaque reads in the AOTAutograd cache]).
