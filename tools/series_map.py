@@ -87,6 +87,9 @@ LEFT_OUT_OF_SERIES: Mapping[str, Mapping[str, str]] = {
         "0023": "a real opaque a traced function returns (the mesh of a DTensor output "
         "while AOTAutograd traces over a Dynamo-compiled function): needs DTensor's "
         "mesh as an inner attr (0014), which 2.10 is left without",
+        "0026": "attributes of a value-type opaque read in compiled code: torch 2.10's "
+        "Dynamo treats a value opaque as a plain user object and reads them already "
+        "(no FakeScriptObject for value types, which 2.11 added)",
     },
 }
 

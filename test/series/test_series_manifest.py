@@ -36,6 +36,7 @@ OURS = {
     "test/test_aot_metadata_repr_subclass.py": "test_no_repr_subclass_traced.py",
     "test/test_aot_donated_buffer_subclass_mutation.py": "test_donated_buffers_split.py",
     "test/test_aot_saved_strides_subclass_mutation.py": "test_saved_activation_strides.py",
+    "test/test_opaque_value_type_attrs.py": "test_value_opaque_attrs.py",
 }
 
 

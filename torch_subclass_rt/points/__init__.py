@@ -133,6 +133,7 @@ CHANGES: tuple[str, ...] = (
     "derived_submesh",
     "lazy_log_and_donated_buffers",
     "no_subclass_data_repr",
+    "value_opaque_attrs",
     # no series commit: forced mode only
     "forced_validation",
     # upstream fixes of the releases with native support (lazy_members also
