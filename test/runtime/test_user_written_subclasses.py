@@ -324,6 +324,26 @@ class TestDonatedBuffers(TestCase):
 
         self._run(make)
 
+    def test_saved_opaque_is_never_donated(self):
+        # The analysis itself, handed an opaque among the saved values: it
+        # must not read a storage off it, and never donate it (torch 2.12's
+        # FakeTensor check). Through torch.compile, the saved slice held an
+        # opaque only while the donated-buffer split miscounted a mutated
+        # subclass input (points/donated_buffers_split.py fixes that), so
+        # the cases above no longer reach this check
+        from torch._functorch._aot_autograd import graph_compile
+        from torch._library.fake_class_registry import maybe_to_fake_obj
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with FakeTensorMode() as mode:
+            inp, out, saved = torch.randn(4), torch.randn(4), torch.randn(4)
+            opaque = maybe_to_fake_obj(mode, Tag("saved"))
+        self.assertNotIsInstance(opaque, torch.Tensor)
+        donated = graph_compile.collect_fw_donated_buffer_idxs(
+            [inp], [out], [None], [saved, opaque]
+        )
+        self.assertEqual(donated, [0])
+
 
 if __name__ == "__main__":
     unittest.main()

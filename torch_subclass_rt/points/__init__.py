@@ -134,6 +134,7 @@ CHANGES: tuple[str, ...] = (
     "lazy_log_and_donated_buffers",
     "no_subclass_data_repr",
     "value_opaque_attrs",
+    "fake_process_group_isinstance",
     # no series commit: forced mode only
     "forced_validation",
     # upstream fixes of the releases with native support (lazy_members also
