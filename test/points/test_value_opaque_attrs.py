@@ -55,6 +55,44 @@ class Cfg(tsrt.OpaqueBase):
 tsrt.register_opaque(Cfg, typ="value")
 
 
+class Bits(tsrt.OpaqueBase):
+    """A value type written for torch 2.13: ``__fx_repr__``, no ``__repr__``."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __eq__(self, other):
+        return isinstance(other, Bits) and other.n == self.n
+
+    def __hash__(self):
+        return hash(self.n)
+
+    def __fx_repr__(self):
+        return f"Bits({self.n!r})", {"Bits": Bits}
+
+
+_quantize = []
+
+
+def quantize_op():
+    """A custom op taking a ``Bits``, defined once ``Bits`` is registered
+    (the registration is what the test checks)."""
+    if not _quantize:
+        tsrt.register_opaque(Bits, typ="value")
+
+        @torch.library.custom_op("tsrt_value_attrs::quantize", mutates_args=())
+        def quantize(x: torch.Tensor, bits: Bits) -> torch.Tensor:
+            scale = 2.0 ** (bits.n - 1)
+            return torch.round(x * scale) / scale
+
+        @quantize.register_fake
+        def _(x, bits):
+            return torch.empty_like(x)
+
+        _quantize.append(quantize)
+    return _quantize[0]
+
+
 class Scaled(torch.Tensor):
     """A wrapper subclass with its config in the flatten context."""
 
@@ -108,6 +146,22 @@ class TestValueOpaqueAttrs(TestCase):
             self.assertEqual(compiled(x, Cfg(scale)), f(x, Cfg(scale)))
         # an equal config reuses the graph, another one recompiles
         self.assertEqual(counter.frame_count, 2)
+
+    @needs_value_opaques
+    def test_value_type_with_fx_repr_only(self):
+        # registers on every release (2.10 asked for a __repr__), and the
+        # constant is written into the generated code with __fx_repr__
+        quantize = quantize_op()
+
+        def f(x, bits):
+            return quantize(torch.mm(x, x), bits) + 1
+
+        x = torch.randn(3, 3)
+        for backend in ("eager", "aot_eager"):
+            torch._dynamo.reset()
+            compiled = torch.compile(f, backend=backend, fullgraph=True)
+            for n in (2, 4):
+                self.assertEqual(compiled(x, Bits(n)), f(x, Bits(n)), msg=backend)
 
     @needs_value_opaques
     def test_attr_of_value_opaque_in_flatten_context(self):

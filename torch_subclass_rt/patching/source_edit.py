@@ -113,6 +113,51 @@ def edited_source_of(fn: Any) -> EditedSource | None:
     return record
 
 
+def _string_continuation_lines(source: str) -> set[int]:
+    """The 0-based numbers of the lines of ``source`` that continue a
+    multi-line string literal: their leading whitespace is the string's
+    content, not indentation (torch 2.10's ``CodeGen._gen_python_code``
+    builds the generated module from an f-string whose lines start at
+    column 0)."""
+    import io
+    import tokenize
+
+    inside: set[int] = set()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.STRING and tok.end[0] > tok.start[0]:
+                # tokenize counts lines from 1; the first line holds the opening quote
+                inside.update(range(tok.start[0], tok.end[0]))
+    except (tokenize.TokenError, IndentationError):
+        return set()
+    return inside
+
+
+def _dedent_code(source: str) -> str:
+    """``textwrap.dedent`` for code: the common indentation of the lines
+    that are code, removed from those lines only (a string literal's
+    continuation lines keep their text, and do not stop the dedent)."""
+    lines = source.split("\n")
+    inside = _string_continuation_lines(source)
+    code = [line for i, line in enumerate(lines) if i not in inside and line.strip()]
+    if not code:
+        return source
+    margin = min(len(line) - len(line.lstrip()) for line in code)
+    return "\n".join(
+        line if i in inside else line[margin:] for i, line in enumerate(lines)
+    )
+
+
+def _indent_code(source: str, prefix: str) -> str:
+    """``textwrap.indent`` for code: a string literal's continuation lines
+    are left as they are (indenting them would change the string)."""
+    inside = _string_continuation_lines(source)
+    return "\n".join(
+        prefix + line if line.strip() and i not in inside else line
+        for i, line in enumerate(source.split("\n"))
+    )
+
+
 def _reindent(block: str, indent: str) -> str:
     lines = block.split("\n")
     return "\n".join(lines[:1] + [indent + line if line else line for line in lines[1:]])
@@ -171,7 +216,7 @@ def edited_function(
     wraps it in ``staticmethod()`` again."""
     where = f"{func.__module__}.{func.__qualname__}"
     try:
-        source = textwrap.dedent(inspect.getsource(func))
+        source = _dedent_code(inspect.getsource(func))
     except (OSError, TypeError) as e:
         raise PatchError(f"{where}: no Python source available ({e})") from e
     if strip_staticmethod:
@@ -193,7 +238,7 @@ def edited_function(
 
     freevars = func.__code__.co_freevars
     name = func.__name__
-    body = textwrap.indent(source, "    ")
+    body = _indent_code(source, "    ")
     # The factory's parameters become the copy's closure cells: torch's own
     # free variables, and __tsrt__ (see the module docstring).
     params = ", ".join((HELPERS_NAME, *freevars))

@@ -24,7 +24,7 @@ from .distributed_opaques import treat_as_opaque
 from .dtensor import flatten_ctx_ok
 from .dynamo_opaque_inputs import mark_opaque_attr_builder
 from .lazy_members import check_members_exist as check_registered_members_exist
-from .opaque_members import opaque_type_info, set_registered_members
+from .opaque_members import opaque_type_info, opaque_value_repr, set_registered_members
 from .torch_2_11_base import (
     is_fake_opaque,
     record_saved_opaques,
@@ -58,6 +58,7 @@ __all__ = [
     "split_saved_opaques",
     # opaque_members (torch 2.10): register_opaque_type, maybe_to_fake_obj
     "opaque_type_info",
+    "opaque_value_repr",
     "set_registered_members",
     # lazy_members (torch 2.10): maybe_to_fake_obj, members read when read
     "check_registered_members_exist",

@@ -179,6 +179,64 @@ def _build_register_opaque_type(original):
                 "type_info = _OpaqueTypeInfo(name, typ)",
                 "type_info = __tsrt__.opaque_type_info(cls, name, typ, guard_fn, members)",
             ),
+            # a value type written for torch >= 2.11 (__fx_repr__, the
+            # default __repr__) registers too: the FX codegen below calls it
+            Edit(
+                "if cls.__repr__ is object.__repr__:  # type: ignore[comparison-overlap]",
+                "if cls.__repr__ is object.__repr__ and not hasattr(cls, \"__fx_repr__\"):  # type: ignore[comparison-overlap]",
+            ),
+            Edit(
+                """
+                "expected to have a non-default `__repr__` "
+                "implementation as we will use this to reconstruct "
+                "the object in the FX codegen."
+                """,
+                """
+                "expected to have a non-default `__repr__` "
+                "implementation (or a `__fx_repr__`, as torch 2.11 asks) "
+                "as we will use this to reconstruct "
+                "the object in the FX codegen."
+                """,
+            ),
+        ],
+    )
+
+
+def opaque_value_repr(arg: Any, add_global: Any) -> str:
+    """How the FX codegen writes a value-type opaque constant (torch 2.10,
+    as 2.11): through the object's ``__fx_repr__`` (its code and the globals
+    that code names) where it has one, else 2.10's ``repr`` and its type's
+    name. Called by the edited ``CodeGen._gen_python_code``; the v2.10.0
+    series (patch 0000) makes the same edit."""
+    fx_repr = getattr(arg, "__fx_repr__", None)
+    if fx_repr is None:
+        add_global(type(arg).__name__, type(arg))
+        return repr(arg)
+    code, globals_ = fx_repr()
+    for name, obj in globals_.items():
+        add_global(name, obj)
+    return code
+
+
+def _build_gen_python_code(original):
+    """``torch.fx.graph.CodeGen._gen_python_code`` (torch 2.10.0) with one
+    edit. Differs from 2.10, as 2.11: a value-type opaque constant is
+    written with its ``__fx_repr__`` where it has one
+    (:func:`opaque_value_repr`). Note [install() is transparent without
+    opaques]: identical for every other argument, and for a value type
+    without ``__fx_repr__``."""
+    return edited_function(
+        original,
+        [
+            Edit(
+                """
+                add_global(arg_type.__name__, arg_type)
+                return repr(arg)
+                """,
+                """
+                return __tsrt__.opaque_value_repr(arg, add_global)
+                """,
+            ),
         ],
     )
 
@@ -365,6 +423,19 @@ POINTS = [
         ),
         guarded_by=(
             "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_unregistered_member_clear_error_user_opaque_cpu",
+            "test/points/test_value_opaque_attrs.py::TestValueOpaqueAttrs::test_value_type_with_fx_repr_only",
+        ),
+        **ONLY_2_10,
+    ),
+    PatchPoint(
+        name="fx.CodeGen._gen_python_code",
+        target="torch.fx.graph:CodeGen._gen_python_code",
+        build=_build_gen_python_code,
+        reason="a value opaque written for torch 2.11+ (__fx_repr__, no __repr__) "
+        "registers and is written into generated code (torch 2.11)",
+        series=("0000 torch/fx/graph.py::CodeGen._gen_python_code",),
+        guarded_by=(
+            "test/points/test_value_opaque_attrs.py::TestValueOpaqueAttrs::test_value_type_with_fx_repr_only",
         ),
         **ONLY_2_10,
     ),
