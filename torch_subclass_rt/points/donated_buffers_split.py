@@ -16,8 +16,8 @@ Upstream: torch bug: donated buffers of a mutated subclass input (no
 ``collect_bw_donated_buffer_idxs`` splits the forward graph's outputs into
 user outputs and saved activations at the inner metadata's ``num_forward``.
 When a tensor subclass input that requires grad is mutated, the partitioner
-returns every flattened attr of it (Note [Recomputing subclass mutation
-handling] in torch), but the inner metadata counts it as one output: the
+returns every flattened attr of it (torch's note "Recomputing subclass
+mutation handling"), but the inner metadata counts it as one output: the
 saved activations are taken to start early, every donated index is shifted,
 and the last user outputs escape the alias check. Inductor then reuses, in
 the backward, "donated" buffers that are the user's output and the caller's

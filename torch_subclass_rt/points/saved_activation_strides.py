@@ -20,7 +20,7 @@ saved activations to start at the inner metadata's ``num_forward``. The
 donated-buffer split (points/donated_buffers_split.py) has the same
 miscount: a tensor subclass input that requires grad and is mutated makes
 the forward graph return all of its flattened attrs ahead of the user
-outputs (Note [Recomputing subclass mutation handling] in torch), and
+outputs (torch's note "Recomputing subclass mutation handling"), and
 ``num_forward`` counts none of them. The strides shift by that many
 outputs: a saved activation gets a user output's stride, and Inductor
 compiles the backward for a layout the forward does not produce.
