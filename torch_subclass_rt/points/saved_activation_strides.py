@@ -50,15 +50,6 @@ FIX = (
     "patches/upstream/ISSUES.md, patches/upstream/0007)"
 )
 
-#: where the saved activations' strides are in the arguments of
-#: ``_aot_stage2b_bw_compile`` on every release we support
-_BW_MODULE, _SUBCLASS_META, _FW_METADATA, _FWD_OUTPUT_STRIDES, _NUM_SYMINTS = range(5)
-_ARG_NAMES = (
-    "bw_module", "maybe_subclass_meta", "fw_metadata", "fwd_output_strides",
-    "num_symints_saved_for_bw",
-)
-
-
 def saved_activation_count(bw_module, num_symints_saved_for_bw: int) -> int:
     """How many saved activations (tensors and opaques, not sizes) the
     backward takes: its inputs after the saved sizes that are not tangents,
@@ -97,20 +88,20 @@ def _build_strides_where_partitioned(original):
         caller instead; this one needs no edit to it.
         """
         bound = signature.bind(*args, **kwargs)
-        strides = bound.arguments[_ARG_NAMES[_FWD_OUTPUT_STRIDES]]
+        arguments = bound.arguments
+        strides = arguments["fwd_output_strides"]
         if strides is not None:
             from torch._functorch._aot_autograd import graph_compile
 
-            num_symints = bound.arguments[_ARG_NAMES[_NUM_SYMINTS]]
+            num_symints = arguments["num_symints_saved_for_bw"]
             inner_meta = graph_compile._get_inner_meta(
-                bound.arguments[_ARG_NAMES[_SUBCLASS_META]], bound.arguments[_ARG_NAMES[_FW_METADATA]]
+                arguments["maybe_subclass_meta"], arguments["fw_metadata"]
             )
-            saved = saved_activation_count(bound.arguments[_ARG_NAMES[_BW_MODULE]], num_symints)
-            start = len(strides) - num_symints - saved
-            extra = start - inner_meta.num_forward
+            saved = saved_activation_count(arguments["bw_module"], num_symints)
+            extra = len(strides) - num_symints - saved - inner_meta.num_forward
             if extra > 0:
                 # torch's slice ends relative to the end: only its start moves
-                bound.arguments[_ARG_NAMES[_FWD_OUTPUT_STRIDES]] = strides[extra:]
+                arguments["fwd_output_strides"] = strides[extra:]
                 return original(*bound.args, **bound.kwargs)
         return original(*args, **kwargs)
 
