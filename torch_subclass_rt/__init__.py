@@ -22,7 +22,7 @@ from typing import Any
 
 from . import _torch_compat
 from ._modes import ACTIVE_MODES, Mode
-from ._torch_compat import register_opaque, torch_version
+from ._torch_compat import register_custom_class, register_opaque, torch_version
 from .patching import registry
 
 __all__ = [
@@ -34,7 +34,9 @@ __all__ = [
     "Mode",
     "UnsupportedTorchVersion",
     "OpaqueBase",
+    "CustomClassBase",
     "register_opaque",
+    "register_custom_class",
 ]
 
 
@@ -247,6 +249,7 @@ def installed(force: bool = False, dtensor: bool = False) -> Iterator[Status]:
 
 def __getattr__(name: str) -> Any:
     # Resolved lazily: the base class differs per torch (see _torch_compat).
-    if name == "OpaqueBase":
+    # CustomClassBase: torch 2.14's name for the same class
+    if name in ("OpaqueBase", "CustomClassBase"):
         return _torch_compat.opaque_base()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -144,31 +144,47 @@ def _opaque_object_module() -> Any:
     return _module("torch._library.opaque_object")
 
 
+#: torch 2.14's names for the two kinds (``register_custom_class``'s
+#: ``typ``) -> the names before it, which the package spells too
+_TYP_2_14 = {"symbolic": "reference", "constant": "value"}
+
+
 def register_opaque(cls: type, typ: str = "reference", **kwargs: Any) -> type:
     """Register ``cls`` as an opaque type, spelled the same on every torch.
 
     ``typ`` is ``"reference"`` (identity matters: a mesh, a process group; the
     object flows through the graph as an input) or ``"value"`` (compared by
-    ``__eq__``, baked into the graph as a constant). Extra keyword arguments
+    ``__eq__``, baked into the graph as a constant); torch 2.14's names for
+    them, ``"symbolic"`` and ``"constant"``, are taken on every release, so
+    code written for 2.14 registers on 2.10 too. Extra keyword arguments
     (``guard_fn``, ``members``, ``hoist``) go to torch unchanged.
     Returns ``cls`` so it can be used as a decorator argument.
     """
-    if typ not in ("reference", "value"):
+    kind = _TYP_2_14.get(typ, typ)
+    if kind not in ("reference", "value"):
         raise ValueError(
             f"register_opaque({cls.__name__}, typ={typ!r}): typ must be "
-            "'reference' (compared by identity, passed as a graph input) or "
-            "'value' (compared by __eq__, baked into the graph)"
+            "'reference' (compared by identity, passed as a graph input; torch "
+            "2.14 calls it 'symbolic') or 'value' (compared by __eq__, baked into "
+            "the graph; 2.14: 'constant')"
         )
     mod = _opaque_object_module()
     if opaque_base() is _package_opaque_base():  # torch 2.10
         _check_registrable_on_2_10(cls, kwargs)
     new_api = getattr(mod, "register_custom_class", None)
-    if new_api is not None:  # torch >= 2.14
-        new_typ = {"reference": "symbolic", "value": "constant"}[typ]
-        new_api(cls, typ=new_typ, **kwargs)
+    if new_api is not None:  # torch >= 2.14: its names, without its deprecation warning
+        new_api(cls, typ={"reference": "symbolic", "value": "constant"}[kind], **kwargs)
     else:
-        mod.register_opaque_type(cls, typ=typ, **kwargs)
+        mod.register_opaque_type(cls, typ=kind, **kwargs)
     return cls
+
+
+def register_custom_class(cls: type, *, typ: str, **kwargs: Any) -> type:
+    """torch 2.14's ``torch._library.opaque_object.register_custom_class``,
+    spelled the same (``typ`` keyword-only, ``"symbolic"`` or
+    ``"constant"``), on every release: :func:`register_opaque` under 2.14's
+    name, for code written against 2.14. Returns ``cls``."""
+    return register_opaque(cls, typ=typ, **kwargs)
 
 
 def _check_registrable_on_2_10(cls: type, kwargs: dict[str, Any]) -> None:
