@@ -331,8 +331,8 @@ class TestVerifyPatches(ToolTestCase):
         # submeshes (0012, 0013, 0016, 0017), user-written subclasses (0019)
         # lazy members (0020), the metadata repr (0021), the donated
         # buffers and saved activations' strides of a mutated subclass
-        # input (0024, 0025) and isinstance of a fake process group (0027),
-        # not DTensor's
+        # input (0024, 0025), isinstance of a fake process group (0027) and
+        # the tangent mismatch message (0028), not DTensor's
         # mesh attr (0014, 0015): it runs their in-tree tests, and no DTensor
         # suite
         from tools import verify_patches
@@ -350,6 +350,7 @@ class TestVerifyPatches(ToolTestCase):
                 "test/test_aot_donated_buffer_subclass_mutation.py",
                 "test/test_aot_saved_strides_subclass_mutation.py",
                 "test/test_fake_process_group_isinstance.py",
+                "test/test_aot_tangent_mismatch_opaque.py",
             ],
         )
         dtensor = REPO / "test" / "distributed" / "test_dtensor_opaque_mesh.py"

@@ -135,6 +135,7 @@ CHANGES: tuple[str, ...] = (
     "no_subclass_data_repr",
     "value_opaque_attrs",
     "fake_process_group_isinstance",
+    "tangent_mismatch_message",
     # no series commit: forced mode only
     "forced_validation",
     # upstream fixes of the releases with native support (lazy_members also

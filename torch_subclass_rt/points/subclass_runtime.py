@@ -39,15 +39,17 @@ def _ours(obj):
     return lambda _original: obj
 
 
-def _build_process_runtime_tangent(original: Any) -> staticmethod:
-    """``AOTDispatchAutograd.process_runtime_tangent`` (torch 2.13.0, forced
-    only): torch's function for metadata without opaques, ours
-    (``runtime/tangents.py``) for metadata with one. Note [install() is
-    transparent without opaques]: delegation.
+def build_process_runtime_tangent(original: Any) -> staticmethod:
+    """What replaces ``AOTDispatchAutograd.process_runtime_tangent`` (torch
+    2.13.0 forced, here; 2.10.0 / 2.11.0 backport,
+    ``points/tangent_mismatch_message.py``): torch's function for metadata
+    without opaques, ours (``runtime/tangents.py``) for metadata with one.
+    Note [install() is transparent without opaques]: delegation.
 
     The dispatcher passes on every argument it got (2.13's generated
     backward prologue passes tangent index, descriptor, compile id and stack
-    trace positionally), so our function can raise 2.13's detailed error."""
+    trace positionally, 2.10 / 2.11's none), so our function can raise
+    2.13's detailed error where torch can build it."""
     torch_fn = original.__func__ if isinstance(original, staticmethod) else original
 
     @functools.wraps(torch_fn)
@@ -138,7 +140,7 @@ POINTS = [
         name="aot_autograd.process_runtime_tangent",
         target="torch._functorch._aot_autograd.runtime_wrappers"
         ":AOTDispatchAutograd.process_runtime_tangent",
-        build=_build_process_runtime_tangent,
+        build=build_process_runtime_tangent,
         reason="forced: our runtime's tangent handling (opaque slots kept, no tangent) "
         "runs in place of 2.13's",
         series_none="forced mode only: 2.11's process_runtime_tangent already passes an "

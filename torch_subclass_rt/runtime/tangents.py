@@ -5,18 +5,20 @@ type, flatten context and memory format that were assumed when the backward
 was traced, and flattened into the backward's inputs. Opaque attrs are not
 differentiable; they keep their flat slot and are passed through untouched.
 
-Replaces ``AOTDispatchAutograd.process_runtime_tangent`` in forced mode
-only (torch 2.13.0; the point ``aot_autograd.process_runtime_tangent``
-dispatches here); not installed on 2.10 / 2.11, whose
-function already passes a non-tensor attr through as its own flat leaf,
-which is all an opaque slot needs (points/subclass_runtime.py). Note [install()
+Replaces ``AOTDispatchAutograd.process_runtime_tangent`` for metadata with
+an opaque slot: in forced mode (torch 2.13.0; the point
+``aot_autograd.process_runtime_tangent`` dispatches here) and in backport
+mode (2.10 / 2.11; ``aot_autograd.process_runtime_tangent.mismatch_message``),
+where torch's function already passes a non-tensor attr through as its own
+flat leaf but words a mismatch in its older text. Note [install()
 is transparent without opaques]: delegation. A tangent whose metadata holds
 no ``OpaqueMeta`` anywhere (a plain tensor, or any subclass without
 opaques) is handed to torch's own function with the very arguments it got.
 Metadata with an opaque slot runs :func:`process_runtime_tangent` below,
-whose errors are torch's own too: the mismatch error comes from 2.13's
+whose mismatch error says what native torch says: on 2.12+ torch's own
 ``_raise_tangent_metadata_error`` with the tangent index, descriptor,
-compile id and stack trace the caller passed (test/runtime/test_tangent_errors.py).
+compile id and stack trace the caller passed, on 2.10 / 2.11
+:func:`mismatch_message` (test/runtime/test_tangent_errors.py).
 """
 
 from __future__ import annotations
@@ -50,14 +52,57 @@ def _mismatch(
     expected_type: Any, expected_meta: Any, runtime_type: Any, runtime_meta: Any, x: Any,
     tangent_idx: Any, tangent_desc: Any, compile_id_str: Any, tangent_stack_trace: Any,
 ) -> Exception:
-    # torch's own helper (every native release has it; forced mode runs on
-    # one), so the message is native's word for word: index, descriptor,
-    # graph and stack trace included.
     from torch._functorch._aot_autograd.runtime_wrappers import AOTDispatchAutograd
 
-    return AOTDispatchAutograd._raise_tangent_metadata_error(
-        expected_type, expected_meta, runtime_type, runtime_meta, x,
-        tangent_idx, tangent_desc, compile_id_str, tangent_stack_trace,
+    native = getattr(AOTDispatchAutograd, "_raise_tangent_metadata_error", None)
+    if native is not None:
+        # torch's own helper (2.12+; forced mode runs on 2.13), so the
+        # message is native's word for word: index, descriptor, graph and
+        # stack trace included.
+        return native(
+            expected_type, expected_meta, runtime_type, runtime_meta, x,
+            tangent_idx, tangent_desc, compile_id_str, tangent_stack_trace,
+        )
+    return RuntimeError(mismatch_message(expected_type, expected_meta, runtime_type, runtime_meta, x))
+
+
+#: where torch 2.12+ send a user who called backward() on some outputs only
+_GRAPH_BREAKS_URL = (
+    "https://docs.pytorch.org/docs/stable/user_guide/torch_compiler/compile/"
+    "programming_model.graph_breaks_index.html"
+)
+_TANGENT_ISSUE_URL = "https://github.com/pytorch/pytorch/issues/172556"
+
+
+def mismatch_message(
+    expected_type: Any, expected_meta: Any, runtime_type: Any, runtime_meta: Any, x: Any
+) -> str:
+    """The "we guessed its metadata incorrectly" message in torch 2.12+'s
+    words (``AOTDispatchAutograd._raise_tangent_metadata_error``), for torch
+    2.10 / 2.11, which have an older text that names a dunder the
+    coercion no longer calls (``__force_to_same_metadata__``).
+
+    Differs from 2.12+: without the tangent index, descriptor, compile id
+    and stack trace, which 2.10 / 2.11's backward prologue does not pass."""
+    lead = "\nDuring the backward, we encountered a tensor subclass where we guessed its\nmetadata incorrectly.\n"
+    plain_for_subclass = (
+        expected_type is not None and expected_type is not torch.Tensor and runtime_type is torch.Tensor
+    )
+    if not plain_for_subclass:
+        return (
+            f"{lead}Expected: {expected_meta} (type {expected_type}),\n"
+            f"got: {runtime_meta} (type {runtime_type}), shape: {x.shape}.\n"
+            "Your tensor subclass must implement __coerce_same_metadata_as_tangent__."
+        )
+    return (
+        f"{lead}Expected a {expected_type.__name__} tangent but got a plain Tensor.\n"
+        "This happens when a compiled function returns multiple outputs that\n"
+        "require gradients, but .backward() is only called on some of them.\n"
+        "To fix: call .detach() on forward outputs you don't need gradients for.\n\n"
+        "This error is also more likely to occur if your compiled model is suffering\n"
+        "from a large number of graph breaks. For more advice on finding and fixing\n"
+        f"graph breaks, see:\n{_GRAPH_BREAKS_URL}\n\n"
+        f"For more info about this error, see:\n{_TANGENT_ISSUE_URL}"
     )
 
 
@@ -150,3 +195,4 @@ def process_runtime_tangent(
             setattr(x, attr, new_elem)
         leaves.extend(elem_leaves)
     return x, leaves
+
