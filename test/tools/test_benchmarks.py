@@ -25,6 +25,8 @@ from pathlib import Path
 
 import harness
 
+from torch_subclass_rt import torch_version
+
 MODE = harness.current_mode()
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -200,7 +202,32 @@ class TestCompileCost(unittest.TestCase):
         self.assertEqual("torch_subclass_rt" in sub["by_package"], MODE != "native")
         for r in rows:
             self.assertGreater(r["peak_bytes"], 0)
+            if sys.platform == "linux":
+                # a compile's first call grows the resident set (C++ too)
+                self.assertGreater(r["rss_peak_bytes"], 0)
+                self.assertGreaterEqual(r["rss_peak_bytes"], r["rss_kept_bytes"])
         self.assertIn("heap peak", proc.stdout)
+
+    @unittest.skipIf(shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,
+                     "needs valgrind (callgrind) to count instructions")
+    @unittest.skipUnless(MODE == "backport" and torch_version().startswith("2.11."),
+                         "the callgrind path is the same script on every torch: checked once, "
+                         "on 2.11 with install() (about a minute)")
+    def test_instructions_at_small_n(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "cost.json")
+            proc = subprocess.run(
+                [sys.executable, COMPILE_COST, "--mode", MODE, "--n", "2", "--backend", "eager",
+                 "--instructions", "--json", out],
+                capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                timeout=900,
+            )
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            sub, plain = json.loads(Path(out).read_text())["rows"]
+        # tracing two subclass inputs runs more than two plain ones
+        self.assertGreater(sub["instructions"], plain["instructions"])
+        self.assertGreater(plain["instructions"], 1_000_000)
+        self.assertIn("instructions:", proc.stdout)
 
 
 def _rows(config: str, baseline: dict, scale: dict[str, float]) -> list[dict]:
