@@ -221,6 +221,9 @@ def input_spec(draw, pool, allow_opaques=True, classes=("fuzz",)):
     return spec
 
 
+#: how a program reads the Scale in a FuzzTensor's flatten context
+VALUE_READ = ".ctx.factor"
+
 POINTWISE = ["{v}.sin()", "{v} * 2", "{v} + 1", "{v}.relu()", "{v} * {w}", "{v} + {w}", "{v} - {w}"]
 
 
@@ -242,6 +245,15 @@ def program(draw, specs, shape, opaque_attrs=None):
         v, w = draw(st.sampled_from(vals)), draw(st.sampled_from(vals))
         lines.append(f"v{k} = " + op.format(v=v, w=w))
         vals.append(f"v{k}")
+    # a value-type opaque's attribute read in the compiled code: the Scale
+    # in a FuzzTensor's flatten context (VALUE_READ; check_case calls again
+    # with another factor)
+    readers = [i for i, s in enumerate(specs)
+               if s.kind in ("sub", "nested") and s.cls == "fuzz" and s.ctx == "scale"]
+    if readers and draw(st.integers(0, 2)) == 0:
+        i, v = draw(st.sampled_from(readers)), draw(st.sampled_from(vals))
+        lines.append(f"vr = {v} * {args[i]}{VALUE_READ}")
+        vals.append("vr")
     outs = []
     for j in range(draw(st.integers(1, 3))):
         v = draw(st.sampled_from(vals[n:] or vals))
@@ -314,11 +326,12 @@ def _slot_obj(objs, i, where, j, lab, split):
     return objs[(i, where, j) if split else lab]
 
 
-def make_inputs(case: Case, data: list, objs: dict, split: bool = False) -> list:
-    """Fresh input tensors from ``data`` (one list of base tensors per input)."""
+def make_inputs(case: Case, data: list, objs: dict, split: bool = False, factor: float = 2.0) -> list:
+    """Fresh input tensors from ``data`` (one list of base tensors per input);
+    ``factor``: the Scale of a ``ctx="scale"`` input."""
     out = []
     for i, (s, ts) in enumerate(zip(case.inputs, data)):
-        ctx = Scale(2.0) if s.ctx == "scale" else 3
+        ctx = Scale(factor) if s.ctx == "scale" else 3
         if s.kind == "plain":
             x = ts[0].clone()
         elif s.cls == "gen":

@@ -73,8 +73,8 @@ def _grads(case, inputs, outs):
     return list(grads)
 
 
-def _run(fn, case, data, objs, split, backward):
-    inputs = gen.make_inputs(case, data, objs, split)
+def _run(fn, case, data, objs, split, backward, factor=2.0):
+    inputs = gen.make_inputs(case, data, objs, split, factor)
     outs = fn(*inputs)
     result = {"outs": outs, "inputs": inputs}
     # an output that *is* an input: remember which
@@ -220,6 +220,14 @@ def check_case(case: gen.Case, seed: int = 0) -> None:
         _compare(case, eager, comp, labels3, "third call (sharing broken)")
         if cnt.frame_count == frames and _shares_between_used_inputs(case):
             raise AssertionError("third call (sharing broken) did not recompile")
+
+    # 4. a value-type opaque the function reads, another value: eager's
+    # values (a graph that baked the old value must not run, from Dynamo's
+    # cache or AOTAutograd's)
+    if gen.VALUE_READ in case.source:
+        eager = _run(fn, case, data, objs2, False, case.backward, factor=0.5)
+        comp = _run(compiled_call, case, data, objs2, False, case.backward, factor=0.5)
+        _compare(case, eager, comp, labels2, "fourth call (another value of the Scale read)")
 
 
 def check_refusal(case: gen.Case, seed: int = 0, refusal=None) -> None:

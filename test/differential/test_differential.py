@@ -165,6 +165,8 @@ def _opaque_features(case) -> list:
         f.append("with-opaque")
     if run_case._has_sharing(case):
         f.append("shared-opaque")
+    if gen.VALUE_READ in case.source:
+        f.append("value-opaque-read")
     return sorted(set(f))
 
 
@@ -201,7 +203,7 @@ def _cache_context(case):
 
 class TestDifferentialOpaque(unittest.TestCase):
     def test_eager_vs_compiled(self):
-        cov = Coverage("opaque")
+        cov = Coverage("opaque", ("value-opaque-read",))
 
         @seed(SEED)
         @settings(**_SETTINGS)
