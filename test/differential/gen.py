@@ -228,7 +228,7 @@ POINTWISE = ["{v}.sin()", "{v} * 2", "{v} + 1", "{v}.relu()", "{v} * {w}", "{v} 
 
 
 @st.composite
-def program(draw, specs, shape, opaque_attrs=None):
+def program(draw, specs, shape, opaque_attrs=None, value_reads=True):
     """The compiled function's source: in-place ops on inputs first, then a
     short chain of pointwise ops, then terminal ops (reductions, views,
     matmul), returning a tuple (may include an input or an opaque)."""
@@ -247,9 +247,10 @@ def program(draw, specs, shape, opaque_attrs=None):
         vals.append(f"v{k}")
     # a value-type opaque's attribute read in the compiled code: the Scale
     # in a FuzzTensor's flatten context (VALUE_READ; check_case calls again
-    # with another factor)
+    # with another factor). Not in the transparency arm: reading it is
+    # what install() adds to 2.11 (points/value_opaque_attrs.py)
     readers = [i for i, s in enumerate(specs)
-               if s.kind in ("sub", "nested") and s.cls == "fuzz" and s.ctx == "scale"]
+               if s.kind in ("sub", "nested") and s.cls == "fuzz" and s.ctx == "scale"] if value_reads else []
     if readers and draw(st.integers(0, 2)) == 0:
         i, v = draw(st.sampled_from(readers)), draw(st.sampled_from(vals))
         lines.append(f"vr = {v} * {args[i]}{VALUE_READ}")
@@ -299,7 +300,7 @@ def cases(draw, *, allow_opaques=True, inductor_share=0.1, classes=("fuzz",)):
     for s in specs:
         s.dynamic = dynamic
     shape = draw(st.sampled_from([(4,), (3, 4)]))
-    source = draw(program(specs, shape))
+    source = draw(program(specs, shape, value_reads=allow_opaques))
     return Case(specs, shape, source, _pick_backend(repr((specs, source)), inductor_share))
 
 
@@ -866,3 +867,106 @@ def expected_refusal(case: Case):
     if case.defs[0].make == "subclass" and used(("sub", "nested")):
         return REFUSALS["make_subclass"]
     return None
+
+
+# --------------------------------------------------------------------------
+# functional collectives over a ProcessGroup inner attr
+#
+# A sharded tensor written as users write one: its local data and the
+# ProcessGroup it is sharded over among the inner attrs (``["a", "pg"]``),
+# no ``__repr__``. The compiled function runs functional collectives on the
+# local data over an input's group, as a subclass's own methods do
+# (``funcol.all_reduce(x.a * 2, "sum", x.pg)``), and may return the group.
+# One process: world-size-1 gloo groups (test/fixtures.py), so a collective
+# leaves the values as they are; what is checked is that the function
+# compiles whole (fullgraph), equals eager, runs the graph traced for the
+# very groups it is given (a new group recompiles: the collective's group
+# name is a constant of the graph, as natively) and returns the runtime
+# group.
+
+
+class PGTensor(torch.Tensor):
+    """Local data ``a`` and its ProcessGroup ``pg``; ops run on ``a``."""
+
+    @staticmethod
+    def __new__(cls, a, pg):
+        return torch.Tensor._make_wrapper_subclass(cls, a.shape, dtype=a.dtype, device=a.device)
+
+    def __init__(self, a, pg):
+        self.a = a
+        self.pg = pg
+
+    def __tensor_flatten__(self):
+        return ["a", "pg"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        return PGTensor(inner["a"], inner["pg"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        pg = next(x.pg for x in tree_leaves((args, kwargs)) if isinstance(x, cls))
+        args, kwargs = tree_map_only(cls, lambda t: t.a, (args, kwargs or {}))
+        return tree_map_only(torch.Tensor, lambda t: PGTensor(t, pg), func(*args, **kwargs))
+
+
+#: the functional collectives a program draws ({v}: a tensor, {g}: a group);
+#: on one rank each keeps the shape of its input
+COLLECTIVES = {
+    "all_reduce": 'funcol.all_reduce({v}, "sum", {g})',
+    "all_reduce_max": 'funcol.all_reduce({v}, "max", {g})',
+    "all_gather_tensor": "funcol.all_gather_tensor({v}, 0, {g})",
+    "reduce_scatter_tensor": 'funcol.reduce_scatter_tensor({v}, "sum", 0, {g})',
+    "broadcast": "funcol.broadcast({v}, 0, {g})",
+}
+
+
+@dataclasses.dataclass
+class CollectiveCase:
+    groups: tuple              # the group label of each PGTensor input ("G", "H")
+    n_plain: int               # plain tensor inputs after them
+    shape: tuple
+    source: str                # the module: funcol imported, def fn(x0, ...)
+    collectives: tuple = ()    # names (COLLECTIVES) the program calls
+
+
+@st.composite
+def collective_cases(draw):
+    n_sub = draw(st.integers(1, 2))
+    groups = tuple(draw(st.sampled_from(["G", "H"])) for _ in range(n_sub))
+    n_plain = draw(st.integers(0, 1))
+    shape = draw(st.sampled_from([(4,), (2, 4)]))
+    args = [f"x{i}" for i in range(n_sub + n_plain)]
+    vals = [f"x{i}.a" for i in range(n_sub)] + args[n_sub:]
+    lines, called = [], []
+    for k in range(draw(st.integers(1, 4))):
+        v, w = draw(st.sampled_from(vals)), draw(st.sampled_from(vals))
+        if k == 0 or draw(st.booleans()):
+            name = draw(st.sampled_from(sorted(COLLECTIVES)))
+            g = f"x{draw(st.integers(0, n_sub - 1))}.pg"
+            lines.append(f"v{k} = " + COLLECTIVES[name].format(v=v, g=g))
+            called.append(name)
+        else:
+            lines.append(f"v{k} = " + draw(st.sampled_from(POINTWISE)).format(v=v, w=w))
+        vals.append(f"v{k}")
+    made = vals[n_sub + n_plain:]
+    terms = ["{v}", "{v}.sum()", "({v} * {w}).sum()"]
+    if len(shape) == 2:
+        terms.append("{v} @ {w}.t()")
+    outs = [draw(st.sampled_from(terms)).format(v=draw(st.sampled_from(made)), w=draw(st.sampled_from(vals)))
+            for _ in range(draw(st.integers(1, 2)))]
+    if draw(st.integers(0, 2)) == 0:
+        outs.append(f"x{draw(st.integers(0, n_sub - 1))}.pg")  # the group itself
+    body = "\n".join(lines + [f"return ({', '.join(outs)},)"])
+    source = ("import torch\nimport torch.distributed._functional_collectives as funcol\n\n\n"
+              f"def fn({', '.join(args)}):\n" + textwrap.indent(body, "    ") + "\n")
+    return CollectiveCase(groups, n_plain, shape, source, tuple(called))
+
+
+def collective_features(case: CollectiveCase) -> list:
+    f = [f"collective={c}" for c in case.collectives]
+    if len(set(case.groups)) < len(case.groups):
+        f.append("shared-group")
+    if ".pg," in case.source or ".pg)" in case.source.rsplit("return", 1)[1]:
+        f.append("group-output")
+    return sorted(set(f))

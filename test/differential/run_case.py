@@ -259,6 +259,61 @@ def check_refusal(case: gen.Case, seed: int = 0, refusal=None) -> None:
 
 
 # --------------------------------------------------------------------------
+# collectives arm
+
+
+def _collective_inputs(case, data, groups):
+    subs = [gen.PGTensor(d.clone(), groups[lab]) for d, lab in zip(data, case.groups)]
+    return subs + [d.clone() for d in data[len(case.groups):]]
+
+
+def _compare_collective(eager, comp, what):
+    if len(eager) != len(comp):
+        raise AssertionError(f"{what}: {len(eager)} outputs eager, {len(comp)} compiled")
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+
+    for k, (e, c) in enumerate(zip(eager, comp)):
+        if isinstance(e, AsyncCollectiveTensor):
+            # eager's lazy-wait wrapper of a collective's result; compiled
+            # code waits in the graph and returns the plain tensor
+            e = e.wait()
+        if isinstance(e, torch.Tensor):
+            if type(c) is not type(e):
+                raise AssertionError(f"{what}: output {k}: eager {type(e)} compiled {type(c)}")
+            torch.testing.assert_close(c, e, msg=lambda m: f"{what}: output {k}: {m}")
+        elif c is not e:  # a group: the caller's object, not the traced one
+            raise AssertionError(f"{what}: output {k}: eager {e!r}, compiled {c!r}")
+
+
+def check_collective(case: gen.CollectiveCase, seed: int = 0) -> None:
+    """Eager vs compiled (aot_eager, fullgraph) over one-rank gloo groups:
+    values and the groups returned; the same groups again reuse the graph;
+    fresh groups recompile where a collective runs over one (its name is a
+    constant of the graph) and still agree."""
+    torch._dynamo.reset()
+    fn = gen.compile_fn(case)
+    g = torch.Generator().manual_seed(seed)
+    data = [torch.randn(case.shape, generator=g) for _ in range(len(case.groups) + case.n_plain)]
+    cnt = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(fn, backend=cnt, fullgraph=True)
+
+    groups = {lab: fixtures.new_group() for lab in sorted(set(case.groups))}
+    for what in ("first call", "second call (same groups)"):
+        _compare_collective(fn(*_collective_inputs(case, data, groups)),
+                            compiled(*_collective_inputs(case, data, groups)), what)
+        if what == "first call":
+            frames = cnt.frame_count
+    if cnt.frame_count != frames:
+        raise AssertionError(f"the same groups recompiled: {frames} -> {cnt.frame_count}")
+
+    fresh = {lab: fixtures.new_group() for lab in groups}
+    _compare_collective(fn(*_collective_inputs(case, data, fresh)),
+                        compiled(*_collective_inputs(case, data, fresh)), "third call (fresh groups)")
+    if case.collectives and cnt.frame_count == frames:
+        raise AssertionError("fresh groups ran the graph traced for the first ones (no recompile)")
+
+
+# --------------------------------------------------------------------------
 # transparency arm
 
 

@@ -5,7 +5,16 @@ from ``gen.cases()`` - eager vs compiled (aot_eager; about one in ten with
 inductor): values, output types, which opaque each output and grad carries
 (identity), a second call with fresh opaques of the same sharing (no
 recompile), then broken sharing (recompiles where the function reads the
-shared inputs; still equal). See ``run_case.check_case``.
+shared inputs; still equal); where the function reads the value-type
+opaque in a flatten context (``x.ctx.factor``), a call with another value.
+See ``run_case.check_case``.
+
+Collectives arm (every mode with opaque members; not plain native 2.12,
+which refuses a ProcessGroup attr): functional collectives over a
+ProcessGroup inner attr (``gen.collective_cases``): compiled whole, equal to
+eager, the group returned is the caller's, fresh groups recompile. See
+``run_case.check_collective``; ``TSRT_FUZZ_COLLECTIVE_EXAMPLES`` (default
+half of ``TSRT_FUZZ_EXAMPLES``).
 
 Definitions arm (every mode): the subclass definitions are drawn
 too (``gen.gen_cases``: _make_wrapper_subclass or _make_subclass, with or
@@ -220,6 +229,43 @@ class TestDifferentialOpaque(unittest.TestCase):
                 cov.ended("failed")
                 raise AssertionError(
                     gen.reproducer(case, f"TSRT_FUZZ_SEED={SEED}", repr(e)[:2000], data_seed)
+                ) from e
+            cov.ended("checked")
+
+        run()
+        cov.finish(self)
+
+
+#: examples of the collectives arm (each compiles, then again for fresh
+#: groups): fewer than the other arms', its space is smaller
+COLLECTIVE_EXAMPLES = int(os.environ.get("TSRT_FUZZ_COLLECTIVE_EXAMPLES", str(max(EXAMPLES // 2, 10))))
+
+
+@unittest.skipUnless(harness.HAS_OPAQUE_MEMBERS,
+                     "a ProcessGroup as an opaque inner attr builds on opaque members (torch >= 2.11, "
+                     "or install() on torch 2.10)")
+@unittest.skipIf(fixtures.process_group_bug_expected(),
+                 "plain native 2.12 refuses a ProcessGroup among inner attrs (PR 180530), pinned by "
+                 "test_device_mesh_opaque.py::test_process_group_in_attrs")
+class TestDifferentialCollectives(unittest.TestCase):
+    """Functional collectives over a ProcessGroup inner attr
+    (``gen.collective_cases``), checked by ``run_case.check_collective``."""
+
+    def test_collectives_over_process_group_attr(self):
+        cov = Coverage("collectives", tuple(f"collective={c}" for c in gen.COLLECTIVES))
+
+        @seed(SEED)
+        @settings(**{**_SETTINGS, "max_examples": COLLECTIVE_EXAMPLES})
+        @given(gen.collective_cases(), st.integers(0, 2**16))
+        def run(case, data_seed):
+            cov.drawn(gen.collective_features(case))
+            try:
+                run_case.check_collective(case, data_seed)
+            except Exception as e:
+                cov.ended("failed")
+                raise AssertionError(
+                    f"\n=== collective case failed ({repr(e)[:2000]}) ===\n"
+                    f"TSRT_FUZZ_SEED={SEED}, data seed {data_seed}\ncase: {case!r}\n{case.source}"
                 ) from e
             cov.ended("checked")
 
