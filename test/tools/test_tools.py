@@ -332,7 +332,8 @@ class TestVerifyPatches(ToolTestCase):
         # lazy members (0020), the metadata repr (0021), the donated
         # buffers and saved activations' strides of a mutated subclass
         # input (0024, 0025), isinstance of a fake process group (0027) and
-        # the tangent mismatch message (0028), not DTensor's
+        # the tangent mismatch message (0028), and 0000's registration
+        # messages, not DTensor's
         # mesh attr (0014, 0015): it runs their in-tree tests, and no DTensor
         # suite
         from tools import verify_patches
@@ -340,6 +341,7 @@ class TestVerifyPatches(ToolTestCase):
         self.assertEqual(
             verify_patches.in_tree_tests(_common.series(_common.series_dir("2.10.0"))),
             [
+                "test/test_opaque_registration_messages.py",
                 "test/test_opaque_subclass_attrs.py",
                 "test/test_opaque_subclass_parity.py",
                 "test/test_device_mesh_opaque.py",

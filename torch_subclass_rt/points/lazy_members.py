@@ -46,6 +46,7 @@ from typing import Any
 from .._torch_compat import BACKPORT_VERSIONS, FIXES_VERSIONS, is_registered_opaque_type
 from ..patching.registry import PatchPoint
 from ._versions import upstream_fix
+from .opaque_members import missing_member_message
 
 _FAKE_OWN = frozenset({"wrapped_obj", "script_class_name", "real_obj"})
 
@@ -72,28 +73,7 @@ def check_members_exist(x: Any) -> None:
         try:
             inspect.getattr_static(x, name)
         except AttributeError:
-            raise TypeError(_missing_member_message(x, name)) from None
-
-
-def _missing_member_message(x: Any, name: str) -> str:
-    # the message each release (each series) gives, so that only laziness
-    # differs: 2.10's is the backport's own (Note [Opaque member
-    # registration errors] in opaque_members.py)
-    from torch._library.opaque_object import get_opaque_type_name
-
-    from .._torch_compat import torch_version
-
-    cls = type(x).__qualname__
-    if torch_version() == "2.10.0":
-        return (
-            f"{cls} is registered as an opaque type with member {name!r}, but {cls} "
-            f"objects have no attribute {name!r}. Remove it from "
-            "register_opaque_type(members=...)."
-        )
-    return (
-        f"Opaque object of type '{get_opaque_type_name(type(x))}' was specified to have "
-        f"member '{name}', but this doesn't actually exist in the object."
-    )
+            raise TypeError(missing_member_message(x, name)) from None
 
 
 def _build_maybe_to_fake_obj(original):

@@ -73,9 +73,9 @@ def opaque_type_info(cls: Any, class_name: str, typ: str, guard_fn: Any, members
 
     Note [Opaque member registration errors]
     ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-    The two messages below are
-    also the v2.10.0 series' (patch 0000, ``register_opaque_type``); keep
-    them in sync."""
+    The messages below are also the v2.10.0 series' (patch 0000,
+    ``register_opaque_type`` and ``maybe_to_fake_obj``, worded as torch 2.11
+    words them); keep them in sync."""
     from torch._library import opaque_object
 
     members = dict(members or {})
@@ -87,10 +87,10 @@ def opaque_type_info(cls: Any, class_name: str, typ: str, guard_fn: Any, members
                 "(MemberType.USE_REAL or MemberType.INLINED)"
             )
     if typ == "value" and guard_fn is not None:
+        # torch 2.11's words, as the v2.10.0 series' patch 0000
         raise TypeError(
-            f"register_opaque_type({cls.__qualname__}, typ='value', guard_fn=...): a "
-            "value-type opaque is guarded by __eq__; guard_fn is for reference types. "
-            "Drop guard_fn."
+            f"No need to specify `guard_fn` for value-type opaque class {cls} as it "
+            "will be guarded based on `__eq__`."
         )
     return _info_class(opaque_object._OpaqueTypeInfo)(class_name, typ, guard_fn, members)
 
@@ -150,13 +150,21 @@ def set_registered_members(fake: Any, real: Any) -> None:
             # the series' maybe_to_fake_obj (v2.10.0 patch 0000) raises the
             # same message: Note [Opaque member registration errors]
             if not hasattr(real, name):
-                raise TypeError(
-                    f"{type(real).__qualname__} is registered as an opaque type with member "
-                    f"{name!r}, but {type(real).__qualname__} objects have no attribute "
-                    f"{name!r}. Remove it from register_opaque_type(members=...)."
-                )
+                raise TypeError(missing_member_message(real, name))
             value = getattr(real, name)
         object.__setattr__(fake, name, value)
+
+
+def missing_member_message(obj: Any, name: str) -> str:
+    """A registered member ``name`` that ``obj`` does not have, in torch
+    2.11's words (2.11 - 2.14 say it so; on 2.10 the series' patch 0000):
+    one text on every release, raised here and by ``lazy_members``."""
+    from torch._library.opaque_object import get_opaque_type_name
+
+    return (
+        f"Opaque object of type '{get_opaque_type_name(type(obj))}' was specified to have "
+        f"member '{name}', but this doesn't actually exist in the object."
+    )
 
 
 def _build_register_opaque_type(original):
