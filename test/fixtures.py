@@ -10,6 +10,8 @@ nothing here registers an opaque or patches anything at import.
 
 from __future__ import annotations
 
+import sys
+
 import harness
 import pytest
 
@@ -41,6 +43,49 @@ def new_group():
     """A new gloo ProcessGroup over rank 0 of the one-rank world."""
     gloo_world()
     return dist.new_group([0], backend="gloo")
+
+
+# --------------------------------------------------------------------------
+# a wrapper subclass with one opaque inner attr, as users write one
+
+
+def local_and_opaque(name: str, attr: str = "handle") -> type:
+    """A wrapper subclass ``name`` written as users write one: its local data
+    ``a`` and one opaque (a handle, a ProcessGroup, ...) as the inner attr
+    ``attr``, ``__tensor_flatten__`` ``["a", attr], None``, no ``__repr__``;
+    ops run on ``a`` and their outputs carry the first input's opaque. One
+    definition for the tests that need only that (each test module makes
+    its own class: a name of its own in messages and graphs)."""
+
+    def __new__(cls, a, opaque):
+        return torch.Tensor._make_wrapper_subclass(cls, a.shape, dtype=a.dtype, device=a.device)
+
+    def __init__(self, a, opaque):
+        self.a = a
+        setattr(self, attr, opaque)
+
+    def __tensor_flatten__(self):
+        return ["a", attr], None
+
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        return cls(inner["a"], inner[attr])
+
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_leaves, tree_map_only
+
+        opaque = next(getattr(x, attr) for x in tree_leaves((args, kwargs)) if isinstance(x, cls))
+        args, kwargs = tree_map_only(cls, lambda t: t.a, (args, kwargs or {}))
+        return tree_map_only(torch.Tensor, lambda t: cls(t, opaque), func(*args, **kwargs))
+
+    cls = type(name, (torch.Tensor,), {
+        "__new__": staticmethod(__new__),
+        "__init__": __init__,
+        "__tensor_flatten__": __tensor_flatten__,
+        "__tensor_unflatten__": staticmethod(__tensor_unflatten__),
+        "__torch_dispatch__": classmethod(__torch_dispatch__),
+        "__module__": sys._getframe(1).f_globals.get("__name__", __name__),
+    })
+    return cls
 
 
 # --------------------------------------------------------------------------

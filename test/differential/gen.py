@@ -23,6 +23,7 @@ import torch
 from hypothesis import strategies as st
 from torch.utils._pytree import tree_leaves, tree_map_only
 
+import fixtures
 import torch_subclass_rt as tsrt
 
 # --------------------------------------------------------------------------
@@ -885,33 +886,10 @@ def expected_refusal(case: Case):
 # group.
 
 
-class PGTensor(torch.Tensor):
-    """Local data ``a`` and its ProcessGroup ``pg``; ops run on ``a``."""
-
-    @staticmethod
-    def __new__(cls, a, pg):
-        return torch.Tensor._make_wrapper_subclass(cls, a.shape, dtype=a.dtype, device=a.device)
-
-    def __init__(self, a, pg):
-        self.a = a
-        self.pg = pg
-
-    def __tensor_flatten__(self):
-        return ["a", "pg"], None
-
-    @staticmethod
-    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
-        return PGTensor(inner["a"], inner["pg"])
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        pg = next(x.pg for x in tree_leaves((args, kwargs)) if isinstance(x, cls))
-        args, kwargs = tree_map_only(cls, lambda t: t.a, (args, kwargs or {}))
-        return tree_map_only(torch.Tensor, lambda t: PGTensor(t, pg), func(*args, **kwargs))
+#: local data ``a`` and its ProcessGroup ``pg``; ops run on ``a``
+PGTensor = fixtures.local_and_opaque("PGTensor", "pg")
 
 
-#: the functional collectives a program draws ({v}: a tensor, {g}: a group);
-#: on one rank each keeps the shape of its input
 COLLECTIVES = {
     "all_reduce": 'funcol.all_reduce({v}, "sum", {g})',
     "all_reduce_max": 'funcol.all_reduce({v}, "max", {g})',
@@ -955,6 +933,14 @@ def collective_cases(draw):
         terms.append("{v} @ {w}.t()")
     outs = [draw(st.sampled_from(terms)).format(v=draw(st.sampled_from(made)), w=draw(st.sampled_from(vals)))
             for _ in range(draw(st.integers(1, 2)))]
+    # every collective's result reaches an output, as in real code (an
+    # eager collective whose result is never used is never waited for)
+    import re
+
+    for k, line in enumerate(lines):
+        later = "\n".join(lines[k + 1:] + outs)
+        if "funcol." in line and not re.search(rf"\bv{k}\b", later):
+            outs.append(f"v{k}.sum()")
     if draw(st.integers(0, 2)) == 0:
         outs.append(f"x{draw(st.integers(0, n_sub - 1))}.pg")  # the group itself
     body = "\n".join(lines + [f"return ({', '.join(outs)},)"])

@@ -20,7 +20,6 @@ import harness
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
-import torch.utils._pytree as pytree
 from torch._dynamo.test_case import TestCase
 from torch._dynamo.testing import CompileCounterWithBackend
 
@@ -35,29 +34,8 @@ if not harness.HAS_OPAQUE_MEMBERS:
     )
 
 
-class Sharded(torch.Tensor):
-    """Local data and the process group it is sharded over."""
-
-    @staticmethod
-    def __new__(cls, a, pg):
-        return torch.Tensor._make_wrapper_subclass(cls, a.shape, dtype=a.dtype, device=a.device)
-
-    def __init__(self, a, pg):
-        self.a = a
-        self.pg = pg
-
-    def __tensor_flatten__(self):
-        return ["a", "pg"], None
-
-    @staticmethod
-    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
-        return Sharded(inner["a"], inner["pg"])
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        pg = next(x.pg for x in pytree.tree_leaves(args) if isinstance(x, cls))
-        out = func(*pytree.tree_map_only(cls, lambda t: t.a, args), **(kwargs or {}))
-        return pytree.tree_map_only(torch.Tensor, lambda t: Sharded(t, pg), out)
+# local data and the process group it is sharded over (["a", "pg"])
+Sharded = fixtures.local_and_opaque("Sharded", "pg")
 
 
 class TestFakeProcessGroupIsinstance(TestCase):

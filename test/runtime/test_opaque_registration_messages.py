@@ -10,38 +10,17 @@ text.
 
 from __future__ import annotations
 
+import fixtures
 import harness
 
 import torch
 from torch._dynamo.test_case import TestCase
-from torch.utils._pytree import tree_map_only
 
 import torch_subclass_rt as tsrt
 
 
-class Carrier(torch.Tensor):
-    """Written as users write them: no ``__repr__``."""
-
-    @staticmethod
-    def __new__(cls, a, handle):
-        return torch.Tensor._make_wrapper_subclass(cls, a.shape, dtype=a.dtype, device=a.device)
-
-    def __init__(self, a, handle):
-        self.a = a
-        self.handle = handle
-
-    def __tensor_flatten__(self):
-        return ["a", "handle"], None
-
-    @staticmethod
-    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
-        return Carrier(inner["a"], inner["handle"])
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        handle = next(x.handle for x in args if isinstance(x, Carrier))
-        args, kwargs = tree_map_only(Carrier, lambda x: x.a, (args, kwargs or {}))
-        return tree_map_only(torch.Tensor, lambda o: Carrier(o, handle), func(*args, **kwargs))
+# written as users write them: no __repr__, the handle an inner attr
+Carrier = fixtures.local_and_opaque("Carrier", "handle")
 
 
 class TestOpaqueRegistrationMessages(TestCase):
