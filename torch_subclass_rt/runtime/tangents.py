@@ -83,7 +83,14 @@ def mismatch_message(
     coercion no longer calls (``__force_to_same_metadata__``).
 
     Differs from 2.12+: without the tangent index, descriptor, compile id
-    and stack trace, which 2.10 / 2.11's backward prologue does not pass."""
+    and stack trace, which 2.10 / 2.11's backward prologue does not pass.
+
+    Note [Tangent mismatch in 2.12's words]
+    ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    The v2.10.0 / v2.11.0 series' patch 0028 (``_tangent_metadata_error``
+    in runtime_wrappers.py) builds the same two texts; keep them in sync
+    (test/points/test_tangent_mismatch_message.py runs in backport and
+    patched mode alike)."""
     lead = "\nDuring the backward, we encountered a tensor subclass where we guessed its\nmetadata incorrectly.\n"
     plain_for_subclass = (
         expected_type is not None and expected_type is not torch.Tensor and runtime_type is torch.Tensor
@@ -195,4 +202,3 @@ def process_runtime_tangent(
             setattr(x, attr, new_elem)
         leaves.extend(elem_leaves)
     return x, leaves
-
