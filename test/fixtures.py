@@ -58,7 +58,10 @@ def local_and_opaque(name: str, attr: str = "handle") -> type:
     its own class: a name of its own in messages and graphs)."""
 
     def __new__(cls, a, opaque):
-        return torch.Tensor._make_wrapper_subclass(cls, a.shape, dtype=a.dtype, device=a.device)
+        return torch.Tensor._make_wrapper_subclass(
+            cls, a.shape, strides=a.stride(), dtype=a.dtype, device=a.device,
+            requires_grad=a.requires_grad,
+        )
 
     def __init__(self, a, opaque):
         self.a = a

@@ -144,9 +144,10 @@ def _opaque_object_module() -> Any:
     return _module("torch._library.opaque_object")
 
 
-#: torch 2.14's names for the two kinds (``register_custom_class``'s
-#: ``typ``) -> the names before it, which the package spells too
-_TYP_2_14 = {"symbolic": "reference", "constant": "value"}
+#: the package's names for the two kinds (torch 2.11 - 2.13's) -> torch
+#: 2.14's (``register_custom_class``'s ``typ``); the package takes both
+_TYP_2_14 = {"reference": "symbolic", "value": "constant"}
+_TYP_BEFORE_2_14 = {new: old for old, new in _TYP_2_14.items()}
 
 
 def register_opaque(cls: type, typ: str = "reference", **kwargs: Any) -> type:
@@ -160,7 +161,7 @@ def register_opaque(cls: type, typ: str = "reference", **kwargs: Any) -> type:
     (``guard_fn``, ``members``, ``hoist``) go to torch unchanged.
     Returns ``cls`` so it can be used as a decorator argument.
     """
-    kind = _TYP_2_14.get(typ, typ)
+    kind = _TYP_BEFORE_2_14.get(typ, typ)
     if kind not in ("reference", "value"):
         raise ValueError(
             f"register_opaque({cls.__name__}, typ={typ!r}): typ must be "
@@ -173,7 +174,7 @@ def register_opaque(cls: type, typ: str = "reference", **kwargs: Any) -> type:
         _check_registrable_on_2_10(cls, kwargs)
     new_api = getattr(mod, "register_custom_class", None)
     if new_api is not None:  # torch >= 2.14: its names, without its deprecation warning
-        new_api(cls, typ={"reference": "symbolic", "value": "constant"}[kind], **kwargs)
+        new_api(cls, typ=_TYP_2_14[kind], **kwargs)
     else:
         mod.register_opaque_type(cls, typ=kind, **kwargs)
     return cls

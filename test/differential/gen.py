@@ -16,6 +16,7 @@ torch_subclass_rt's internals, only its public opaque API.
 from __future__ import annotations
 
 import dataclasses
+import re
 import textwrap
 from typing import Any
 
@@ -856,8 +857,6 @@ REFUSALS = {
 
 def expected_refusal(case: Case):
     """``REFUSALS`` entry for ``case``, or None when it must compile."""
-    import re
-
     if not case.defs:
         return None
     body = case.source.split("\n", 1)[1]
@@ -935,8 +934,6 @@ def collective_cases(draw):
             for _ in range(draw(st.integers(1, 2)))]
     # every collective's result reaches an output, as in real code (an
     # eager collective whose result is never used is never waited for)
-    import re
-
     for k, line in enumerate(lines):
         later = "\n".join(lines[k + 1:] + outs)
         if "funcol." in line and not re.search(rf"\bv{k}\b", later):
@@ -953,6 +950,6 @@ def collective_features(case: CollectiveCase) -> list:
     f = [f"collective={c}" for c in case.collectives]
     if len(set(case.groups)) < len(case.groups):
         f.append("shared-group")
-    if ".pg," in case.source or ".pg)" in case.source.rsplit("return", 1)[1]:
+    if ".pg" in case.source.rsplit("return", 1)[1]:  # outputs name no collective
         f.append("group-output")
     return sorted(set(f))

@@ -15,10 +15,10 @@ value).
 
 from __future__ import annotations
 
+import fixtures
 import harness
 
 import torch
-import torch.utils._pytree as pytree
 from torch._dynamo.test_case import TestCase
 from torch._dynamo.testing import CompileCounter
 
@@ -61,33 +61,9 @@ def _(x, p):
     return torch.empty_like(x)
 
 
-class Grouped(torch.Tensor):
-    """A wrapper subclass whose group is an inner attr, written as users
-    write them (no ``__repr__``, the group passed to the constructor)."""
-
-    @staticmethod
-    def __new__(cls, local, group):
-        return torch.Tensor._make_wrapper_subclass(
-            cls, local.shape, strides=local.stride(), dtype=local.dtype,
-            device=local.device, requires_grad=local.requires_grad,
-        )
-
-    def __init__(self, local, group):
-        self.local = local
-        self.group = group
-
-    def __tensor_flatten__(self):
-        return ["local", "group"], None
-
-    @staticmethod
-    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
-        return Grouped(inner["local"], inner["group"])
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        group = next(x.group for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, cls))
-        args, kwargs = pytree.tree_map_only(cls, lambda t: t.local, (args, kwargs or {}))
-        return pytree.tree_map_only(torch.Tensor, lambda t: cls(t, group), func(*args, **kwargs))
+# a wrapper subclass whose group is an inner attr, written as users write
+# them (no __repr__, the group passed to the constructor)
+Grouped = fixtures.local_and_opaque("Grouped", "group")
 
 
 class TestRegistrationNames(TestCase):
@@ -133,7 +109,7 @@ class TestRegistrationNames(TestCase):
             out = compiled(Grouped(local, group), w)
             self.assertIsInstance(out, Grouped)
             self.assertIs(out.group, group)  # the runtime object, not the traced one
-            self.assertEqual(out.local, f(local, w))
+            self.assertEqual(out.a, f(local, w))
         self.assertEqual(counter.frame_count, 1)
 
     # a training compile under Dynamo's TestCase (its structured-trace
@@ -158,7 +134,7 @@ class TestRegistrationNames(TestCase):
             out = fn(Grouped(local, group), w)
             self.assertIs(out.group, group)
             out.backward(Grouped(torch.ones(4, 3), group))
-            grads.append((out.local.detach(), local.grad, w.grad))
+            grads.append((out.a.detach(), local.grad, w.grad))
         self.assertEqual(grads[1], grads[0])
 
     def test_constant_type_in_a_custom_op(self):
