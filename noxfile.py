@@ -23,7 +23,7 @@
   nox -s "tests(torch='2.12.0')"   a first release whose patch release has the session
   nox -s "tests(torch='2.14.0')"   above: only what can differ per wheel (FIRST_RELEASES)
 
-The fix tests (test/points/test_upstream_fixes.py) fail as xfail in plain native on
+The fix tests (FIX_TESTS below) fail as xfail in plain native on
 a release that has the bug and must pass with install(); the whole suite runs
 once per torch in the mode that carries the fixes, so the matrix stays short.
 
@@ -44,9 +44,15 @@ nox.options.reuse_existing_virtualenvs = True
 PYTEST = ["python", "-m", "pytest", "test", "-q", "-p", "no:cacheprovider", "-rs"]
 
 
-FIX_TESTS = "test/points/test_upstream_fixes.py"
+#: the tests of the upstream fixes whose bug shows in plain native (one module
+#: per fix, points/<module>.py)
+FIX_TESTS = [
+    "test/points/test_value_opaque_outputs.py",
+    "test/points/test_callable_value_opaque.py",
+    "test/points/test_export_opaque_constants.py",
+]
 #: also upstream_bug tests (PR 193452), in a file of their own
-LAZY_TESTS = "test/runtime/test_lazy_members.py"
+LAZY_TESTS = "test/points/test_lazy_members.py"
 #: spawns two gloo ranks per case (about a minute each with inductor): run
 #: where the feature's two implementations are, the backport (2.11) and
 #: native torch (2.13), not again in the modes that share one of them
@@ -102,7 +108,7 @@ CACHE_READS_TESTS = "test/points/test_opaque_reads_in_caches.py"
 CACHE_READS_RANKS = "test/distributed/test_dtensor_scenarios.py::TestOpaqueReadsRanks"
 #: issue 152183 under the structured trace (a few seconds): every release
 #: has it (xfail in plain native), install() fixes it
-NO_REPR_TRACED_TESTS = "test/runtime/test_no_repr_subclass_traced.py"
+NO_REPR_TRACED_TESTS = "test/points/test_no_subclass_data_repr.py"
 #: torch 2.14's partitioner logs a deprecation (about 10 s): xfail in plain
 #: native on 2.14.x, passes elsewhere and with install()
 DEPRECATED_NAME_TESTS = "test/points/test_partitioner_deprecated_name.py"
@@ -116,7 +122,7 @@ DONATED_TESTS = "test/points/test_donated_buffers_split.py"
 #: release has it (xfail in plain native), install() fixes it
 SAVED_STRIDES_TESTS = "test/points/test_saved_activation_strides.py"
 FIRST_RELEASE_NATIVE = [
-    FIX_TESTS,
+    *FIX_TESTS,
     CACHE_READS_TESTS,
     CACHE_READS_RANKS,
     NO_REPR_TRACED_TESTS,
@@ -307,7 +313,7 @@ def tests(session: nox.Session, torch: str) -> None:
         _run_suite(session, "native+fixes", os.path.join(dumps, "native+fixes"), env,
                    ignore=(RANKS_TESTS, COMPARE_TESTS, DTENSOR_SCENARIOS))
         _run_files(session, "native+fixes", [CACHE_READS_RANKS], env)
-        _run_files(session, "native", [FIX_TESTS, LAZY_TESTS, CACHE_READS_TESTS, CACHE_READS_RANKS,
+        _run_files(session, "native", [*FIX_TESTS, LAZY_TESTS, CACHE_READS_TESTS, CACHE_READS_RANKS,
                                        NO_REPR_TRACED_TESTS, DEPRECATED_NAME_TESTS, DONATED_TESTS,
                                        SAVED_STRIDES_TESTS],
                    env)
@@ -327,7 +333,7 @@ def tests(session: nox.Session, torch: str) -> None:
             session, "diff", "-r", os.path.join(dumps, "native"), os.path.join(dumps, "forced"),
             external=True,
         )
-        _run_files(session, "native+fixes", [FIX_TESTS, LAZY_TESTS, "test/patching/test_install.py",
+        _run_files(session, "native+fixes", [*FIX_TESTS, LAZY_TESTS, "test/patching/test_install.py",
                                              CACHE_READS_TESTS, CACHE_READS_RANKS,
                                              NO_REPR_TRACED_TESTS, PHYSICSNEMO_WARM, DONATED_TESTS,
                                              SAVED_STRIDES_TESTS],

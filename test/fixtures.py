@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import torch_subclass_rt as tsrt
 from torch_subclass_rt import ranks
 from torch_subclass_rt._modes import Mode
 
@@ -126,6 +127,111 @@ class Scaled(torch.Tensor):
         args, kwargs = torch.utils._pytree.tree_map_only(Scaled, lambda t: t.inner, (args, kwargs))
         out = func(*args, **kwargs)
         return torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: Scaled(t, scale), out)
+
+
+# --------------------------------------------------------------------------
+# value opaques in a subclass's flatten context (the upstream-fix tests:
+# test_value_opaque_outputs, test_callable_value_opaque,
+# test_export_opaque_constants). Defined here, registered by
+# register_context_opaques() from the test module (not at import: see above).
+
+
+class QuantConfig(tsrt.OpaqueBase):
+    """A value-type opaque (compared by ``__eq__``): subclass metadata."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, QuantConfig) and other.tag == self.tag
+
+    def __hash__(self) -> int:
+        return hash(self.tag)
+
+    def __repr__(self):  # torch 2.10 prints value-type opaques with repr()
+        return self.__fx_repr__()[0]
+
+    def __fx_repr__(self):
+        return f"QuantConfig({self.tag!r})", {"QuantConfig": QuantConfig}
+
+
+class Quantizer(tsrt.OpaqueBase):
+    """A value-type opaque that is also callable, like a quantizer."""
+
+    def __init__(self, num_buffers: int) -> None:
+        self.num_buffers = num_buffers
+
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def get_num_buffers(self) -> int:
+        return self.num_buffers
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Quantizer) and other.num_buffers == self.num_buffers
+
+    def __hash__(self) -> int:
+        return hash(self.num_buffers)
+
+    def __repr__(self):  # torch 2.10 prints value-type opaques with repr()
+        return self.__fx_repr__()[0]
+
+    def __fx_repr__(self):
+        return f"Quantizer({self.num_buffers})", {"Quantizer": Quantizer}
+
+
+class Handle(tsrt.OpaqueBase):
+    """A reference-type opaque (compared by identity), as export inputs or
+    constants."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+def register_context_opaques() -> None:
+    """Register QuantConfig, Quantizer and Handle (once per process).
+    Members are declared: torch 2.11 only lets Dynamo read members of a value
+    opaque that are registered (2.12 reads any)."""
+    if getattr(register_context_opaques, "done", False):
+        return
+    tsrt.register_opaque(QuantConfig, typ="value", **harness.member_kwargs(tag="USE_REAL"))
+    tsrt.register_opaque(Quantizer, typ="value", **harness.member_kwargs(get_num_buffers="USE_REAL"))
+    tsrt.register_opaque(Handle, typ="reference")
+    register_context_opaques.done = True
+
+
+class MetaTensor(torch.Tensor):
+    """A wrapper subclass whose flatten *context* holds a value opaque."""
+
+    @staticmethod
+    def __new__(cls, data, meta):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, data.shape, dtype=data.dtype, device=data.device
+        )
+
+    def __init__(self, data, meta):
+        self._data = data
+        self._meta = meta
+
+    def __repr__(self):
+        # the default repr reads values, which a fake tensor in a log line cannot
+        return f"MetaTensor({self._data!r}, {type(self._meta).__name__})"
+
+    def __tensor_flatten__(self):
+        return ["_data"], {"meta": self._meta}
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        return MetaTensor(inner["_data"], ctx["meta"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        leaves = torch.utils._pytree.tree_leaves(args)
+        meta = next(a._meta for a in leaves if isinstance(a, MetaTensor))
+        args, kwargs = torch.utils._pytree.tree_map_only(MetaTensor, lambda t: t._data, (args, kwargs))
+        out = func(*args, **kwargs)
+        return torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: MetaTensor(t, meta), out)
 
 
 def runtime_metas(args):

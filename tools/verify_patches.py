@@ -81,10 +81,10 @@ SUITES = (
     # case (0018); the patched torch must pass them as install() does
     REPO_ROOT / "test" / "runtime" / "test_user_written_subclasses.py",
     # no graph dumps: registered members resolved when read (0020)
-    REPO_ROOT / "test" / "runtime" / "test_lazy_members.py",
+    REPO_ROOT / "test" / "points" / "test_lazy_members.py",
     # no graph dumps: a subclass without __repr__ under the structured
     # trace (0021)
-    REPO_ROOT / "test" / "runtime" / "test_no_repr_subclass_traced.py",
+    REPO_ROOT / "test" / "points" / "test_no_subclass_data_repr.py",
     # no graph dumps: a value opaque's attributes in compiled code (v2.11.0
     # 0026) and a value type with __fx_repr__ only (v2.10.0 0000)
     REPO_ROOT / "test" / "points" / "test_value_opaque_attrs.py",

@@ -186,7 +186,7 @@ def _no_trace_handler():
     attaches one), native torch formats the AOT metadata for the trace and
     fails for a subclass without a ``__repr__`` (GuardOnDataDependentSymNode;
     issue 152183, a bug of its own, pinned by
-    test/runtime/test_no_repr_subclass_traced.py). Every mode that carries
+    test/points/test_no_subclass_data_repr.py). Every mode that carries
     the fix keeps the handler: the suite then also checks that fix."""
     if MODE != "native":
         yield

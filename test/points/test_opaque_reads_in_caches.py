@@ -140,7 +140,7 @@ def _native_without_trace_handler():
     """In plain native mode, no handler on torch's structured-trace log
     (Dynamo's TestCase adds one): with it, native torch fails to compile the
     subclass (no ``__repr__``) for another bug first, issue 152183, pinned
-    by test/runtime/test_no_repr_subclass_traced.py. Every mode with
+    by test/points/test_no_subclass_data_repr.py. Every mode with
     install() keeps the handler."""
     from torch._logging._internal import trace_log
 

@@ -68,7 +68,7 @@ class ScaledTensor(torch.Tensor):
 
     def __repr__(self):
         # without one, native torch's metadata log fails first under pytest's
-        # log capture (issue 152183: test_no_repr_subclass_traced.py)
+        # log capture (issue 152183: test_no_subclass_data_repr.py)
         return f"ScaledTensor({self.data_!r})"
 
     def __tensor_flatten__(self):

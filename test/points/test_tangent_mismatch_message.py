@@ -36,7 +36,7 @@ class Tagged(torch.Tensor):
     """Local data, an opaque handle and a tag in the flatten context; no
     ``__coerce_same_metadata_as_tangent__``. It has a ``__repr__``: under
     Dynamo's TestCase, plain native 2.12 - 2.14 would otherwise fall back
-    to eager on issue 152183 (test/runtime/test_no_repr_subclass_traced.py)
+    to eager on issue 152183 (test/points/test_no_subclass_data_repr.py)
     and never reach the backward this file is about."""
 
     @staticmethod

@@ -72,7 +72,7 @@ def sharded_class(ctx_of, metadata_guard=None):
 
         # a __repr__: without one plain native 2.12 - 2.14 falls back to
         # eager under Dynamo's TestCase (issue 152183, pinned in
-        # test/runtime/test_no_repr_subclass_traced.py)
+        # test/points/test_no_subclass_data_repr.py)
         def __repr__(self):
             return f"Sharded({self.local!r})"
 

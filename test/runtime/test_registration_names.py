@@ -114,7 +114,7 @@ class TestRegistrationNames(TestCase):
 
     # a training compile under Dynamo's TestCase (its structured-trace
     # handler) reprs the fake subclass: issue 152183 in plain native
-    # (test/runtime/test_no_repr_subclass_traced.py has the bug itself)
+    # (test/points/test_no_subclass_data_repr.py has the bug itself)
     @harness.upstream_bug(
         "issue 152183 (open upstream; PR 185632 makes the repr subclass-safe on main)",
         ("2.10.0", "2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),

@@ -28,7 +28,7 @@ one (torch's Dynamo ``TestCase`` adds one, pytest's log capture does),
 every release, native 2.13 included, formats the same metadata through
 ``payload_fn`` and fails for a subclass without a ``__repr__`` (issue
 152183's other half: install() fixes it too, tested with the handler in
-test_no_repr_subclass_traced.py).
+test_no_subclass_data_repr.py).
 
 Runs in the mode named by TSRT_MODE (harness.py): 2.10 / 2.11 + install(),
 native 2.13 (the reference), forced 2.13, the patched series.

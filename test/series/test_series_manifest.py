@@ -4,7 +4,7 @@ The series (``patches/v<version>/``) adds test files to torch's tree (0006
 test_opaque_subclass_attrs.py, 0009 ..._parity.py, ...): a copy of our cases
 for a patched torch. Nothing kept the copies in step. Here every test
 function of a series test file is in our file of the same name
-(``test_opaque_subclass_fixes.py`` is our ``test_upstream_fixes.py``) and
+(``test_opaque_subclass_fixes.py`` is our ``test_callable_value_opaque.py``) and
 every test of ours is in each series that has the file, or the pair is
 listed below with why it is not.
 
@@ -30,10 +30,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SERIES = sorted(p.name for p in (ROOT / "patches").iterdir() if p.is_dir() and p.name != "upstream")
 #: a series test file whose counterpart here has another name
 OURS = {
-    "test/test_opaque_subclass_fixes.py": "test_upstream_fixes.py",
+    "test/test_opaque_subclass_fixes.py": "test_callable_value_opaque.py",
     "test/test_opaque_subclass_user_written.py": "test_user_written_subclasses.py",
     "test/test_opaque_lazy_members.py": "test_lazy_members.py",
-    "test/test_aot_metadata_repr_subclass.py": "test_no_repr_subclass_traced.py",
+    "test/test_aot_metadata_repr_subclass.py": "test_no_subclass_data_repr.py",
     "test/test_aot_donated_buffer_subclass_mutation.py": "test_donated_buffers_split.py",
     "test/test_aot_saved_strides_subclass_mutation.py": "test_saved_activation_strides.py",
     "test/test_opaque_value_type_attrs.py": "test_value_opaque_attrs.py",
@@ -66,10 +66,6 @@ def _listed(file: str, reasons: dict[str, str], series: tuple[str, ...] | None =
 
 
 V2_10, V2_11 = ("v2.10.0",), ("v2.11.0",)
-_UPSTREAM_NATIVE = (
-    "records an upstream bug of torch >= 2.12 (skipped below 2.12: the feature it "
-    "needs is 2.12's, which the series does not backport)"
-)
 _VALUE_OUTPUTS = (
     "value opaques as graph outputs are torch 2.12's (PR 177560), not the subclass "
     "feature the series backports"
@@ -199,20 +195,10 @@ ONLY_OURS: dict[tuple[str, str, str], str] = {
         "test_value_type_graph_output_capture_for_export": _VALUE_OUTPUTS,
     }),
     **_listed("test/test_opaque_subclass_fixes.py", {
-        "test_export_archive_of_opaque_constant_needs_install_to_load": _UPSTREAM_NATIVE,
-        "test_export_archive_without_opaque_constant_unchanged": _UPSTREAM_NATIVE,
-        "test_export_save_load_opaque_constant": _UPSTREAM_NATIVE,
-        "test_export_save_reference_opaque_not_carried": _UPSTREAM_NATIVE,
-        "test_opaque_constant_with_subclass_output_cache_hit": _UPSTREAM_NATIVE,
-        "test_value_type_graph_output_subclass_metadata_side_effect": _UPSTREAM_NATIVE,
         "test_non_callable_value_opaque_attr_still_works": (
             "the series has the same case (x * 2 read through len(y._meta.tag), 8.0) as "
             "test_tensor_subclass_with_non_callable_opaque_attr; ours names it as the "
             "control case of the callable-value-opaque fix"
-        ),
-        "test_opaque_input_through_cudagraph_trees": (
-            "needs a GPU: no GPU run of a patched torch has checked the series with it "
-            "(with install() it passes on torch 2.11.0, seen on an H200)"
         ),
     }),
     **_listed("test/test_device_mesh_opaque.py", {

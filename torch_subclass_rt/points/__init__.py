@@ -85,8 +85,8 @@ delegates everything else to the function it wraps, so it also stacks on
 the 2.11 backport's own replacement of the same function (see
 ``registry.plan``); the issue 179870 archive writer is the exception, a
 short function rewritten whole (its docstring says why). ``upstream_fix`` names the upstream PR; the test that
-reproduces the bug on every affected release is in
-``test/points/test_upstream_fixes.py``.
+reproduces the bug on every affected release is in the change's test
+module, ``test/points/test_<module>.py``.
 
 Issue 187041 (a value opaque that is subclass metadata and is also stored
 through a side effect reaches the side effect as a FakeScriptObject;

@@ -65,7 +65,7 @@ POINTS = [
         upstream_fix="PR 188799 (issue 188796)",
         series=("0010 torch/_dynamo/variables/tensor.py::TensorVariable.dynamic_getattr",),
         guarded_by=(
-            "test/points/test_upstream_fixes.py::TestUpstreamFixes::test_tensor_subclass_with_callable_opaque_attr",
+            "test/points/test_callable_value_opaque.py::TestCallableValueOpaque::test_tensor_subclass_with_callable_opaque_attr",
         ),
         **upstream_fix("2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
     ),

@@ -284,7 +284,7 @@ POINTS = [
         upstream_fix=_SERDE_FIX,
         series_none=_SERDE_NO_SERIES,
         guarded_by=(
-            "test/points/test_upstream_fixes.py::TestUpstreamFixes::test_export_save_load_opaque_constant",
+            "test/points/test_export_opaque_constants.py::TestExportOpaqueConstants::test_export_save_load_opaque_constant",
         ),
         **upstream_fix("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
     ),
@@ -296,7 +296,7 @@ POINTS = [
         upstream_fix=_SERDE_FIX,
         series_none=_SERDE_NO_SERIES,
         guarded_by=(
-            "test/points/test_upstream_fixes.py::TestUpstreamFixes::test_export_save_load_opaque_constant",
+            "test/points/test_export_opaque_constants.py::TestExportOpaqueConstants::test_export_save_load_opaque_constant",
         ),
         **upstream_fix("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
     ),
@@ -308,7 +308,7 @@ POINTS = [
         upstream_fix=_SERDE_FIX,
         series_none=_SERDE_NO_SERIES,
         guarded_by=(
-            "test/points/test_upstream_fixes.py::TestUpstreamFixes::test_export_save_load_opaque_constant",
+            "test/points/test_export_opaque_constants.py::TestExportOpaqueConstants::test_export_save_load_opaque_constant",
         ),
         **upstream_fix("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
     ),

@@ -212,8 +212,8 @@ POINTS = [
             "torch._export.passes.lift_constants_pass", "torch.export._trace", "torch._inductor.ir"
         ),
         guarded_by=(
-            "test/runtime/test_lazy_members.py::TestLazyMembers::test_unread_member_not_evaluated",
-            "test/runtime/test_lazy_members.py::TestLazyMembers::test_inlined_member_side_effect_on_runtime_object",
+            "test/points/test_lazy_members.py::TestLazyMembers::test_unread_member_not_evaluated",
+            "test/points/test_lazy_members.py::TestLazyMembers::test_inlined_member_side_effect_on_runtime_object",
         ),
         # not 2.10: install()'s library.maybe_to_fake_obj builds the
         # fake there, members unread (this point stacked on it would leave it
@@ -232,8 +232,8 @@ POINTS = [
             "0020 torch/_library/fake_class_registry.py::_resolve_registered_member",
         ),
         guarded_by=(
-            "test/runtime/test_lazy_members.py::TestLazyMembers::test_member_read_by_dispatch",
-            "test/runtime/test_lazy_members.py::TestLazyMembers::test_inlined_member_side_effect_on_runtime_object",
+            "test/points/test_lazy_members.py::TestLazyMembers::test_member_read_by_dispatch",
+            "test/points/test_lazy_members.py::TestLazyMembers::test_inlined_member_side_effect_on_runtime_object",
         ),
         # every release with opaque members: the native ones we patch, and
         # the backport (on 2.10, the fake library.maybe_to_fake_obj makes);

@@ -123,8 +123,8 @@ POINTS = [
         upstream_fix="issue 152183 (open; PR 185632 closed unmerged)",
         series=("0021 torch/_functorch/_aot_autograd/schemas.py::ViewAndMutationMeta",),
         guarded_by=(
-            "test/runtime/test_no_repr_subclass_traced.py::TestNoReprSubclassTraced::test_inference_with_structured_trace",
-            "test/runtime/test_no_repr_subclass_traced.py::TestNoReprSubclassTraced::test_training_with_structured_trace",
+            "test/points/test_no_subclass_data_repr.py::TestNoSubclassDataRepr::test_inference_with_structured_trace",
+            "test/points/test_no_subclass_data_repr.py::TestNoSubclassDataRepr::test_training_with_structured_trace",
         ),
         **upstream_fix("2.10.0", "2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
     ),
@@ -143,8 +143,8 @@ POINTS = [
             "0021 torch/_functorch/_aot_autograd/schemas.py::_prints_fake_data",
         ),
         guarded_by=(
-            "test/runtime/test_no_repr_subclass_traced.py::TestNoReprSubclassTraced::test_inference_with_structured_trace",
-            "test/runtime/test_no_repr_subclass_traced.py::TestNoReprSubclassTraced::test_training_with_structured_trace",
+            "test/points/test_no_subclass_data_repr.py::TestNoSubclassDataRepr::test_inference_with_structured_trace",
+            "test/points/test_no_subclass_data_repr.py::TestNoSubclassDataRepr::test_training_with_structured_trace",
         ),
         **upstream_fix("2.10.0", "2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
     ),

@@ -70,15 +70,15 @@ POINTS = [
         "constant (None after an FX-graph-cache hit)",
         upstream_fix="PR 193190",
         series_none="torch 2.11 with the backport (or the series) does not have this bug "
-        "(test/points/test_upstream_fixes.py: broken on 2.12.x, 2.13.0, 2.14.x), so the point "
+        "(test/points/test_value_opaque_outputs.py: broken on 2.12.x, 2.13.0, 2.14.x), so the point "
         "does not apply to 2.11.0 and the v2.11.0 series does not carry the fix",
         rebinds=(
             "torch._functorch.aot_autograd",
             "torch._functorch._aot_autograd.graph_capture_wrappers",
         ),
         guarded_by=(
-            "test/points/test_upstream_fixes.py::TestUpstreamFixes::test_opaque_constant_with_subclass_output_cache_hit",
-            "test/points/test_upstream_fixes.py::TestUpstreamFixes::test_value_type_graph_output_subclass_metadata_side_effect",
+            "test/points/test_value_opaque_outputs.py::TestValueOpaqueOutputs::test_opaque_constant_with_subclass_output_cache_hit",
+            "test/points/test_value_opaque_outputs.py::TestValueOpaqueOutputs::test_value_type_graph_output_subclass_metadata_side_effect",
         ),
         **upstream_fix("2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"),
     ),

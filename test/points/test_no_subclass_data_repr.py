@@ -90,7 +90,7 @@ class Outer(torch.Tensor):
         return tree_map_only(torch.Tensor, Outer, func(*args, **kwargs))
 
 
-class TestNoReprSubclassTraced(TestCase):
+class TestNoSubclassDataRepr(TestCase):
     # Dynamo's TestCase puts a handler on the structured-trace log (setUp)
 
     @harness.upstream_bug(FIX, BROKEN_ON, (Exception,), MATCH)
