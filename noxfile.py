@@ -41,7 +41,7 @@ import nox
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
 
-PYTEST = ["python", "-m", "pytest", "test", "-q", "-p", "no:cacheprovider", "-rs"]
+PYTEST = ["python", "-m", "pytest", "test", "-q", "-p", "no:cacheprovider", "-rfEs"]
 
 
 #: the tests of the upstream fixes whose bug shows in plain native (one module
@@ -187,8 +187,8 @@ def _series_suites() -> tuple[str, ...]:
 
 def _run_files(session: nox.Session, mode: str, files: list[str], env: dict[str, str]) -> None:
     session.log(f"{' '.join(files)} in mode {mode}")
-    # -rxs: list each xfail (a bug shown in plain native) with its reason
-    _step(session, *PYTEST[:3], *files, "-q", "-p", "no:cacheprovider", "-rxs",
+    # -rx: list each xfail (a bug shown in plain native) with its reason
+    _step(session, *PYTEST[:3], *files, "-q", "-p", "no:cacheprovider", "-rfExs",
                 env={**env, "TSRT_MODE": mode})
 
 

@@ -51,6 +51,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: sessions known to take longest (backport suite + ablation + series check)
 LONGEST_FIRST = ("tests(torch='2.11.0')", "tests(torch='2.10.0')", "tests(torch='2.13.0')")
+#: at most this many lines of a failed session's log are repeated at the end
+FAILURE_LINES = 15
 #: tries of one session's install before the session counts as failed
 INSTALL_ATTEMPTS = 4
 #: seconds before the second try; doubled before each later one
@@ -157,6 +159,26 @@ def run_session(session: str, log_dir: Path, print_lock: threading.Lock, run=sub
     return session, rc, took
 
 
+#: lines of a session's log that say what failed: pytest's failed and
+#: erroring tests and its count line, nox's failed command, the ablation's
+#: unguarded points, the instruction gate's and verify_patches' verdicts
+_FAILURE_LINE = re.compile(
+    r"^(FAILED|ERROR) |^UNGUARDED |failed with exit code|instruction gate FAILED|^FAILED: "
+    r"|^=* ?\d+ (failed|errors?)\b.* in [\d.]+s"
+)
+
+
+def failure_lines(log: Path, limit: int = FAILURE_LINES) -> list[str]:
+    """The lines of ``log`` that say what failed (the last ``limit`` of
+    them), else its last ``limit`` lines."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError as e:
+        return [f"(no log: {e})"]
+    hits = [line for line in lines if _FAILURE_LINE.search(line)]
+    return [line[:300] for line in (hits or lines)[-limit:]]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
@@ -182,6 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     for session, rc, took in results:
         state = "ok    " if rc == 0 else "FAILED" if rc != INSTALL_FAILED else "NOT INSTALLED"
         print(f"  {state} {session} ({took / 60:.1f} min)")
+    # CI shows only the end of this output, and a failed session's log was
+    # printed whole when it ended, maybe an hour of output earlier
+    for session, rc, _took in results:
+        if rc not in (0, INSTALL_FAILED):
+            print(f"\nwhy {session} failed (from {_log_path(log_dir, session, '.log')}):")
+            print("\n".join(f"  {line}" for line in failure_lines(_log_path(log_dir, session, ".log"))))
     return 0 if all(rc == 0 for _, rc, _ in results) else 1
 
 

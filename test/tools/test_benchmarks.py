@@ -362,8 +362,9 @@ class TestInstructionGateProcesses(unittest.TestCase):
 
 @unittest.skipIf(shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,
                  "valgrind is not installed (the instruction gate's nox step needs it)")
-@unittest.skipIf(MODE != "backport",
-                 f"the slowed wrapper is backport mode's generated one; mode is {MODE}")
+@unittest.skipUnless(MODE == "backport" and torch_version().startswith("2.11."),
+                     "the slowed wrapper is backport mode's generated one, the same code on "
+                     "2.10 and 2.11: checked once, on 2.11 with install() (about 80 s)")
 class TestInstructionGateSlowedWrapper(unittest.TestCase):
     def test_gate_fails_on_slowed_wrapper(self):
         # two extra Python calls per subclass input per call: about 2.5 k

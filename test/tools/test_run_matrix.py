@@ -136,6 +136,39 @@ class TestRunMatrix(RunMatrixTestCase):
             self.assertEqual(run_matrix.main(["tests(torch='2.11.0')", "tests(torch='2.13.0')"]), 1)
         self.assertIn("NOT INSTALLED tests(torch='2.13.0')", self.stdout.getvalue())
 
+    def test_the_end_of_the_output_says_why_a_session_failed(self):
+        # CI shows only the end of the output; the failed session's log was
+        # printed whole long before (a 2.10 lane failed with nothing to show)
+        with tempfile.TemporaryDirectory() as tmp:
+            log_dir = Path(tmp) / ".nox" / "matrix-logs"
+            log_dir.mkdir(parents=True)
+            failed = "tests(torch='2.10.0')"
+            run_matrix._log_path(log_dir, failed, ".log").write_text(
+                "nox > step took 20.8 min: python -m pytest test\n"
+                "FAILED test/points/test_x.py::TestX::test_y - AssertionError: 1 != 2\n"
+                "= 1 failed, 429 passed, 22 skipped in 799.86s (0:13:19) =\n"
+                + "noise\n" * 500
+                + "nox > Command python -m pytest test failed with exit code 1\n"
+            )
+            with unittest.mock.patch.object(run_matrix, "REPO_ROOT", Path(tmp)), \
+                    unittest.mock.patch.object(
+                        run_matrix, "run_matrix",
+                        return_value=[(failed, 1, 60.0), ("tests(torch='2.11.0')", 0, 1.0)]):
+                self.assertEqual(run_matrix.main([failed, "tests(torch='2.11.0')"]), 1)
+        tail = self.stdout.getvalue().splitlines()[-4:]
+        self.assertEqual(
+            tail[0], f"why {failed} failed (from {run_matrix._log_path(log_dir, failed, '.log')}):")
+        self.assertIn("  FAILED test/points/test_x.py::TestX::test_y - AssertionError: 1 != 2", tail)
+        self.assertIn("  = 1 failed, 429 passed, 22 skipped in 799.86s (0:13:19) =", tail)
+        self.assertEqual(tail[-1], "  nox > Command python -m pytest test failed with exit code 1")
+
+    def test_failure_lines_fall_back_to_the_end_of_the_log(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            log = Path(tmp) / "s.log"
+            log.write_text("".join(f"line {i}\n" for i in range(40)))
+            self.assertEqual(run_matrix.failure_lines(log, limit=3), ["line 37", "line 38", "line 39"])
+            self.assertEqual(run_matrix.failure_lines(Path(tmp) / "none.log")[0][:9], "(no log: ")
+
 
 class FakeDisk:
     """Free space that each live virtualenv takes ``venv_gib`` of; records
