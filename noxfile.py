@@ -104,7 +104,7 @@ FIRST_RELEASES = ("2.12.0", "2.14.0")
 #: (one class of the DTensor scenarios file, about 15 s, where the suite
 #: leaves that file out). Native torch 2.12-2.14 has the bug (xfail) and
 #: native+fixes fixes it: both modes run them on each of those releases
-CACHE_READS_TESTS = "test/points/test_opaque_reads_in_caches.py"
+CACHE_READS_TESTS = "test/points/test_opaque_reads.py"
 CACHE_READS_RANKS = "test/distributed/test_dtensor_scenarios.py::TestOpaqueReadsRanks"
 #: issue 152183 under the structured trace (a few seconds): every release
 #: has it (xfail in plain native), install() fixes it

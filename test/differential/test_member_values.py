@@ -17,7 +17,7 @@ in at least one example).
 
 Native torch 2.12-2.14 hands a recompile the entry of another size (Note
 [Opaque reads in the AOTAutograd cache]; pinned as torch's bug by
-test/points/test_opaque_reads_in_caches.py): in plain ``native`` mode the
+test/points/test_opaque_reads.py): in plain ``native`` mode the
 examples run with AOTAutogradCache off (Note [Native AOTAutogradCache and
 broken sharing] in test_differential.py), every other mode with it on.
 

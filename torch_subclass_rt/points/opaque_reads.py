@@ -415,8 +415,8 @@ POINTS = [
         series_none=SERIES_NONE,
         # fail without the record being made and checked
         guarded_by=(
-            "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_recompile_on_member_value_gets_its_own_artifact",
-            "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_plain_member_read_in_dispatch",
+            "test/points/test_opaque_reads.py::TestOpaqueReadsInCaches::test_recompile_on_member_value_gets_its_own_artifact",
+            "test/points/test_opaque_reads.py::TestOpaqueReadsInCaches::test_plain_member_read_in_dispatch",
             "test/distributed/test_dtensor_scenarios.py::TestOpaqueReadsRanks::test_redistribute_warm_shared_cache",
             "test/distributed/test_physicsnemo_shard_tensor.py::TestShardTensorWarmLaunch::test_warm_launch_shared_cache",
         ),
@@ -437,7 +437,7 @@ POINTS = [
         series_none=SERIES_NONE,
         # fail without the record being saved (every entry then misses)
         guarded_by=(
-            "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_equal_member_values_hit_in_a_warm_process",
+            "test/points/test_opaque_reads.py::TestOpaqueReadsInCaches::test_equal_member_values_hit_in_a_warm_process",
         ),
         **upstream_fix(*BROKEN_ON),
     ),
@@ -451,8 +451,8 @@ POINTS = [
         series_none=SERIES_NONE,
         # fail without the fake's reads reaching the record
         guarded_by=(
-            "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_recompile_on_member_value_gets_its_own_artifact",
-            "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_plain_member_read_in_dispatch",
+            "test/points/test_opaque_reads.py::TestOpaqueReadsInCaches::test_recompile_on_member_value_gets_its_own_artifact",
+            "test/points/test_opaque_reads.py::TestOpaqueReadsInCaches::test_plain_member_read_in_dispatch",
             "test/distributed/test_dtensor_scenarios.py::TestOpaqueReadsRanks::test_redistribute_warm_shared_cache",
             "test/distributed/test_physicsnemo_shard_tensor.py::TestShardTensorWarmLaunch::test_warm_launch_shared_cache",
         ),
@@ -468,8 +468,8 @@ POINTS = [
         series_none=SERIES_NONE,
         # fail without the record being made and checked
         guarded_by=(
-            "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_recompile_on_member_value_gets_its_own_artifact",
-            "test/points/test_opaque_reads_in_caches.py::TestOpaqueReadsInCaches::test_plain_member_read_in_dispatch",
+            "test/points/test_opaque_reads.py::TestOpaqueReadsInCaches::test_recompile_on_member_value_gets_its_own_artifact",
+            "test/points/test_opaque_reads.py::TestOpaqueReadsInCaches::test_plain_member_read_in_dispatch",
             "test/distributed/test_dtensor_scenarios.py::TestOpaqueReadsRanks::test_redistribute_warm_shared_cache",
             "test/distributed/test_physicsnemo_shard_tensor.py::TestShardTensorWarmLaunch::test_warm_launch_shared_cache",
         ),
