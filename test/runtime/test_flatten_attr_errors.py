@@ -5,8 +5,10 @@ An ``OpaqueBase`` subclass that was never registered is neither a tensor
 nor a registered opaque: native torch 2.12 says "'X' found in tensor attrs
 ... Only tensors and reference-type opaques are allowed", 2.13 and 2.14
 "expected Tensor or OpaqueBase, got <class ...>"; the backport called it a
-value-type opaque, which it is not. Now every mode says what native says, and with install()
-also names the subclass, the attr and how to register the type.
+value-type opaque, which it is not. With install() every release raises what
+2.13 raises (an AssertionError, "expected Tensor or OpaqueBase, got <class
+...>"; also a TypeError, as documented before), and goes on to name the
+subclass, the attr and how to register the type.
 """
 
 from __future__ import annotations
@@ -60,6 +62,12 @@ class TestFlattenAttrErrors(TestCase):
                 r"expected Tensor or (OpaqueBase|CustomClassBase), got <class '[\w.]*NeverRegistered'>",
             )
             return
+        # native 2.13's class and first words, then where and what to do
+        self.assertIsInstance(ctx.exception, AssertionError)
+        self.assertIsInstance(ctx.exception, TypeError)  # as documented before
+        self.assertRegex(str(ctx.exception),
+                         r"^expected Tensor or (OpaqueBase|CustomClassBase), got "
+                         r"<class '[\w.]*NeverRegistered'>: ")
         self.assertRegex(chain, r"Carrier\.handle is a [\w.]*NeverRegistered, which is neither a "
                                 r"Tensor nor a registered opaque type")
         self.assertIn("register_opaque(NeverRegistered, typ='reference')", chain)

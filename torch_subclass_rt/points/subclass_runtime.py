@@ -112,6 +112,7 @@ POINTS = [
             "0001 torch/_library/opaque_object.py::classify_tensor_flatten_attr",
             "0001 torch/_library/opaque_object.py::value_opaque_in_tensor_attrs_error",
             "0001 torch/_library/opaque_object.py::unregistered_object_in_tensor_attrs_error",
+            "0001 torch/_library/opaque_object.py::UnregisteredInnerAttrError",
         ),
         guarded_by=(
             "test/runtime/test_opaque_subclass_attrs.py::TestOpaqueSubclassAttrsCPU::test_tensor_subclass_with_opaque_attr_backward_cpu",

@@ -50,9 +50,30 @@ def not_an_inner_attr_error(
     return unregistered_object_in_tensor_attrs_error(subclass, attr, value)
 
 
-def unregistered_object_in_tensor_attrs_error(subclass: Any, attr: str, value: Any) -> TypeError:
+class UnregisteredInnerAttrError(TypeError, AssertionError):
+    """An inner attr that is neither a Tensor nor a registered opaque.
+
+    A TypeError, as this package has always raised it, and an
+    AssertionError, as native torch 2.13 and 2.14 raise it ("expected Tensor
+    or OpaqueBase, got <class ...>"): code written against either catches
+    it, and Dynamo passes it through unwrapped as it passes native's
+    (``convert_frame`` re-raises an AssertionError, and wraps a TypeError in
+    InternalTorchDynamoError). The series raises the same class from
+    ``torch._library.opaque_object``."""
+
+
+def unregistered_object_in_tensor_attrs_error(
+    subclass: Any, attr: str, value: Any
+) -> UnregisteredInnerAttrError:
+    # The first clause is native torch 2.13's assertion, word for word (2.14
+    # names the base CustomClassBase; the release's own name is used), so a
+    # search for native's message finds this one; the rest says where and
+    # what to do.
+    from .._torch_compat import opaque_base
+
     sub = type(subclass).__name__
-    return TypeError(
+    return UnregisteredInnerAttrError(
+        f"expected Tensor or {opaque_base().__name__}, got {type(value)}: "
         f"{sub}.__tensor_flatten__() lists {attr!r} as an inner attr, but "
         f"{sub}.{attr} is a {_type_name(value)}, which is neither a Tensor nor a "
         "registered opaque type. Either return it in the flatten context (the "
