@@ -353,6 +353,22 @@ class TestInstructionGateProcesses(unittest.TestCase):
         self.assertEqual(len(calls), instructions.GATE_PROCESSES)
         self.assertTrue(instructions.gate_check(rows, self.baseline))
 
+    def test_each_process_measured_again_has_another_layout(self):
+        # Note [The gate samples memory layouts]: in the same environment a
+        # process counts what the last one counted (stop 38's 2.10 gate:
+        # 30.9 k in all four), so each retry gets an environment of another size
+        envs = []
+
+        def measure(mode, *args, env=None, **kwargs):
+            envs.append(env)
+            return {"slowed_calls": None}, _rows(self.config, self.baseline, {"sub_per_call": 1.05})
+
+        instructions.measure_gate("native", self.baseline, env={"A": "1"}, measure_fn=measure)
+        self.assertEqual(envs[0], {"A": "1"})  # the first process: the caller's environment
+        self.assertTrue(all(e["A"] == "1" for e in envs))
+        sizes = [len(e.get(instructions.GATE_LAYOUT_VAR, "")) for e in envs]
+        self.assertEqual(len(set(sizes)), instructions.GATE_PROCESSES, sizes)
+
     def test_processes_bound_the_measurements(self):
         measure, calls = self._measure([{"sub_per_call": 1.05}])
         _info, _rows, processes = instructions.measure_gate("native", self.baseline,
