@@ -65,15 +65,14 @@ class UnregisteredInnerAttrError(TypeError, AssertionError):
 def unregistered_object_in_tensor_attrs_error(
     subclass: Any, attr: str, value: Any
 ) -> UnregisteredInnerAttrError:
-    # The first clause is native torch 2.13's assertion, word for word (2.14
-    # names the base CustomClassBase; the release's own name is used), so a
+    # The first clause is native torch 2.13's assertion, word for word, so a
     # search for native's message finds this one; the rest says where and
-    # what to do.
-    from .._torch_compat import opaque_base
-
+    # what to do. "OpaqueBase" on every release: this runs on 2.10 / 2.11
+    # (backport) and 2.13 (forced), and tsrt.OpaqueBase is the name users
+    # write (2.14's native assertion says CustomClassBase, its new name).
     sub = type(subclass).__name__
     return UnregisteredInnerAttrError(
-        f"expected Tensor or {opaque_base().__name__}, got {type(value)}: "
+        f"expected Tensor or OpaqueBase, got {type(value)}: "
         f"{sub}.__tensor_flatten__() lists {attr!r} as an inner attr, but "
         f"{sub}.{attr} is a {_type_name(value)}, which is neither a Tensor nor a "
         "registered opaque type. Either return it in the flatten context (the "
