@@ -10,6 +10,7 @@ nothing here registers an opaque or patches anything at import.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import harness
@@ -188,16 +189,14 @@ class Handle(tsrt.OpaqueBase):
         self.n = n
 
 
+@functools.cache
 def register_context_opaques() -> None:
     """Register QuantConfig, Quantizer and Handle (once per process).
     Members are declared: torch 2.11 only lets Dynamo read members of a value
     opaque that are registered (2.12 reads any)."""
-    if getattr(register_context_opaques, "done", False):
-        return
     tsrt.register_opaque(QuantConfig, typ="value", **harness.member_kwargs(tag="USE_REAL"))
     tsrt.register_opaque(Quantizer, typ="value", **harness.member_kwargs(get_num_buffers="USE_REAL"))
     tsrt.register_opaque(Handle, typ="reference")
-    register_context_opaques.done = True
 
 
 class MetaTensor(torch.Tensor):

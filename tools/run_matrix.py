@@ -208,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     # printed whole when it ended, maybe an hour of output earlier
     for session, rc, _took in results:
         if rc not in (0, INSTALL_FAILED):
-            print(f"\nwhy {session} failed (from {_log_path(log_dir, session, '.log')}):")
-            print("\n".join(f"  {line}" for line in failure_lines(_log_path(log_dir, session, ".log"))))
+            log = _log_path(log_dir, session, ".log")
+            print(f"\nwhy {session} failed (from {log}):")
+            print("\n".join(f"  {line}" for line in failure_lines(log)))
     return 0 if all(rc == 0 for _, rc, _ in results) else 1
 
 
