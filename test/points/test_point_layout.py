@@ -219,20 +219,6 @@ class TestChangeTable(unittest.TestCase):
                 self.assertEqual(upstream == "-", link == "-", row)
 
 
-#: changes that carry an upstream fix whose tests are not in a module of
-#: their own, each with why
-FIX_TESTS_ELSEWHERE = {
-    "lazy_log_and_donated_buffers": (
-        "its cases are the user-written subclasses of test_user_written_subclasses.py, "
-        "which series 0019 carries as one in-tree file"
-    ),
-    "registered_opaque_instancecheck": (
-        "its cases are the ProcessGroup and DeviceMesh registrations of "
-        "test_device_mesh_opaque.py, which series 0013 carries as one in-tree file"
-    ),
-}
-
-
 class TestTestsMirrorChanges(unittest.TestCase):
     def test_each_fix_has_its_test_module(self):
         # from a PR number, grep finds the point module; its tests are then
@@ -243,19 +229,12 @@ class TestTestsMirrorChanges(unittest.TestCase):
                 continue
             with self.subTest(change=name):
                 found = sorted(tests.rglob(f"test_{name}.py"))
-                if name in FIX_TESTS_ELSEWHERE:
-                    self.assertFalse(found, f"test_{name}.py exists: drop {name} from "
-                                            "FIX_TESTS_ELSEWHERE")
-                    continue
                 self.assertEqual(len(found), 1, f"points/{name}.py carries an upstream fix: "
                                                 f"its tests go in one test/**/test_{name}.py")
                 rel = found[0].relative_to(PACKAGE.parent).as_posix()
                 named = {t.partition("::")[0] for p in pts for t in p.guarded_by}
                 self.assertIn(rel, named, f"no point of {name} is guarded by {rel}")
 
-    def test_exceptions_are_fix_changes(self):
-        fixes = {n for n, pts in _declared().items() if any(p.upstream_fix for p in pts)}
-        self.assertLessEqual(set(FIX_TESTS_ELSEWHERE), fixes)
 
 class TestSubsystemView(unittest.TestCase):
     def test_name_prefix_is_the_subsystem_of_the_target(self):

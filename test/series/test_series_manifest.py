@@ -31,7 +31,7 @@ SERIES = sorted(p.name for p in (ROOT / "patches").iterdir() if p.is_dir() and p
 #: a series test file whose counterpart here has another name
 OURS = {
     "test/test_opaque_subclass_fixes.py": "test_callable_value_opaque.py",
-    "test/test_opaque_subclass_user_written.py": "test_user_written_subclasses.py",
+    "test/test_opaque_subclass_user_written.py": "test_lazy_log_and_donated_buffers.py",
     "test/test_opaque_lazy_members.py": "test_lazy_members.py",
     "test/test_aot_metadata_repr_subclass.py": "test_no_subclass_data_repr.py",
     "test/test_aot_donated_buffer_subclass_mutation.py": "test_donated_buffers_split.py",

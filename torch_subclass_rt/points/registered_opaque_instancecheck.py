@@ -51,6 +51,9 @@ POINTS = [
         "library.OpaqueBaseMeta.__instancecheck__ (series patch 0012); "
         "this point is its native+fixes counterpart on 2.12",
         guarded_by=(
+            "test/points/test_registered_opaque_instancecheck.py::TestRegisteredOpaqueInstancecheck::test_process_group_is_an_opaque_base",
+            "test/points/test_registered_opaque_instancecheck.py::TestRegisteredOpaqueInstancecheck::test_process_group_attr_matmul_aot_eager",
+            "test/points/test_registered_opaque_instancecheck.py::TestRegisteredOpaqueInstancecheck::test_process_group_attr_matmul_inductor",
             "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_aot_eager_cpu",
             "test/distributed/test_device_mesh_opaque.py::TestDeviceMeshOpaqueCPU::test_process_group_in_attrs_inductor_cpu",
         ),

@@ -1,7 +1,11 @@
-"""Subclasses written the way users write them (no ``__repr__``, other contexts and constructors).
+"""Tests of points/lazy_log_and_donated_buffers.py (series 0018): torch 2.10 / 2.11's
+eager metadata log record (issue 152183) and donated-buffer analysis reading a saved opaque.
 
-Every subclass in our other suites defines a ``__repr__`` and was written
-with the same habits. Here:
+Both bugs show with subclasses written the way users write them (no
+``__repr__``, other contexts and constructors), where every subclass in our
+other suites defines a ``__repr__`` and was written with the same habits.
+The series carries this file as ``test/test_opaque_subclass_user_written.py``
+(0019). Here:
 
 * ``NoRepr``: a wrapper subclass with no ``__repr__`` of its own, whose
   ``__torch_dispatch__`` unwraps, runs the op and rewraps, holding a real
