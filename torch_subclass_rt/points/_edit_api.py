@@ -23,7 +23,7 @@ from .derived_submesh import is_opaque_node
 from .distributed_opaques import treat_as_opaque
 from .dtensor import flatten_ctx_ok
 from .dynamo_opaque_inputs import mark_opaque_attr_builder
-from .lazy_members import check_members_exist as check_registered_members_exist
+from .lazy_members import check_registered_members_exist
 from .opaque_members import opaque_type_info, opaque_value_repr, set_registered_members
 from .torch_2_11_base import (
     is_fake_opaque,

@@ -59,7 +59,7 @@ def _member_kind(real: Any, name: str) -> Any:
     return oo.get_member_type(type(real), name)
 
 
-def check_members_exist(x: Any) -> None:
+def check_registered_members_exist(x: Any) -> None:
     """Refuse a registration that names a member the object lacks, without
     evaluating any (the releases' eager loop ran ``hasattr`` on each)."""
     from torch._library import opaque_object as oo
@@ -95,7 +95,7 @@ def _build_maybe_to_fake_obj(original):
 
         if not is_registered_opaque_type(type(x)) or x is None or fcr.tracing_with_real(x):
             return original(fake_mode, x)
-        check_members_exist(x)
+        check_registered_members_exist(x)
         return fcr.FakeScriptObject(oo.FakeOpaqueObject(), oo.get_opaque_type_name(type(x)), x)
 
     return maybe_to_fake_obj
