@@ -94,6 +94,42 @@ def total_ir(path: Path) -> int:
     raise RuntimeError(f"no totals line in callgrind dump {path}")
 
 
+# Note [Counting with glibc's fastbins off]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# In some memory layouts (about one in three processes; which one follows
+# from the environment's size, Note [The gate samples memory layouts] in
+# instructions.py) a chunk freed during each call lies next to the heap's
+# top, and glibc's free() then consolidates every fastbin chunk
+# (malloc_consolidate, unlink_chunk): about 23 k instructions more per call
+# of 2.10's forward at N = 10, which is 2.1 k more "per subclass input"
+# (30.25 k against 28.15 k), in glibc, with the same Python and torch code
+# run. Callgrind's per-function diff of two such processes has nothing else
+# above 2 k. With fastbins off (``glibc.malloc.mxfast=0``) there is nothing
+# to consolidate: the same processes count 28.16 k - 28.43 k in every layout
+# tried, and both the subclass and the plain call about 1.5 % more (the
+# extra per input does not move). So the children count with fastbins off:
+# a figure then answers for our code and torch's, not for where glibc's
+# top chunk happens to be. A user's process pays the consolidation or not
+# by the same lottery; docs/performance.md says so.
+#: glibc tunables of every measuring child
+MALLOC_TUNABLES = "glibc.malloc.mxfast=0"
+
+
+def child_environment(env: dict | None = None) -> dict:
+    """The measuring child's environment: ours, then ``env``, with a fixed
+    hash seed, this repository on ``PYTHONPATH`` and
+    Note [Counting with glibc's fastbins off]."""
+    child = {**os.environ, **(env or {})}
+    tunables = [t for t in child.get("GLIBC_TUNABLES", "").split(":")
+                if t and not t.startswith("glibc.malloc.mxfast=")]
+    return {
+        **child,
+        "PYTHONHASHSEED": "0",
+        "PYTHONPATH": os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+        "GLIBC_TUNABLES": ":".join([*tunables, MALLOC_TUNABLES]),
+    }
+
+
 def run(script: str, argv: list[str], env: dict | None = None, verbose: bool = False,
         keep: str | None = None) -> tuple[dict, dict[str, int]]:
     """Run ``script --child *argv`` under callgrind; (the child's info, the
@@ -111,9 +147,7 @@ def run(script: str, argv: list[str], env: dict | None = None, verbose: bool = F
             sys.executable, str(Path(script).resolve()), "--child",
             "--request-fd", str(write_fd), "--ack-dir", tmp, *argv,
         ]
-        child_env = {**os.environ, **(env or {}), "PYTHONHASHSEED": "0",
-                     "PYTHONPATH": os.pathsep.join(
-                         [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+        child_env = child_environment(env)
         log = open(os.path.join(tmp, "valgrind.log"), "w+")
         proc = subprocess.Popen(cmd, pass_fds=(write_fd,), env=child_env,
                                 stdout=log, stderr=subprocess.STDOUT)

@@ -20,9 +20,10 @@ served by ``benchmarks/callgrind.py`` (shared with ``attr_vs_context.py``),
 so imports and the one-time costs of a first compile run uninstrumented
 (about 5x slower than without valgrind instead of 50x); each measured region
 is switched on from outside and dumped on its own (that module says how).
-Python's hash seed is fixed (``PYTHONHASHSEED=0``) and the garbage collector
-runs before each region and not inside it (its cost lands on whichever call
-crosses its threshold), so two runs agree to well under 1 %.
+Python's hash seed is fixed (``PYTHONHASHSEED=0``), glibc's fastbins are off
+(Note [Counting with glibc's fastbins off] in callgrind.py) and the garbage
+collector runs before each region and not inside it (its cost lands on
+whichever call crosses its threshold), so two runs agree to about 1 %.
 
     python benchmarks/instructions.py [--mode native|backport|forced]
         [--n 1,10,100] [--kinds fwd,fwd+bwd] [--opaques distinct[,shared]]
@@ -320,8 +321,11 @@ GATE_PROCESSES = 6
 # That "noise" is the process's memory layout, and under valgrind the
 # layout is a function of the environment: the same tree counted 2.10's
 # 10/distinct/fwd at 31.0 k extra per input with a 1-byte variable added to
-# the environment and at 28.5 k / 28.4 k with 37 / 200 bytes, every time
-# (objects hashed by address, such as the opaques, collide or not). So a
+# the environment and at 28.5 k / 28.4 k with 37 / 200 bytes, every time.
+# Most of it was glibc consolidating its fastbins in some layouts, which
+# the children no longer do (Note [Counting with glibc's fastbins off] in
+# callgrind.py); what sampling still guards against is whatever else a
+# layout moves (about 1 % left on 2.10, 2 % on 2.13). So a
 # process measured again in the same environment counts the same: stop 38's
 # CI failed 2.10's gate at 30.9 k in all four processes, while the baseline
 # is 28.5 k. Each process after the first therefore runs with an environment

@@ -376,6 +376,51 @@ class TestInstructionGateProcesses(unittest.TestCase):
         self.assertEqual((processes, len(calls)), (1, 1))
 
 
+class TestMeasuringChildEnvironment(unittest.TestCase):
+    """Note [Counting with glibc's fastbins off] (benchmarks/callgrind.py)."""
+
+    def setUp(self):
+        import callgrind
+
+        self.callgrind = callgrind
+
+    def test_fastbins_off(self):
+        env = self.callgrind.child_environment({"A": "1"})
+        self.assertEqual(env["GLIBC_TUNABLES"].split(":"), ["glibc.malloc.mxfast=0"])
+        self.assertEqual((env["A"], env["PYTHONHASHSEED"]), ("1", "0"))
+
+    def test_other_tunables_kept_mxfast_ours(self):
+        env = self.callgrind.child_environment(
+            {"GLIBC_TUNABLES": "glibc.malloc.mxfast=64:glibc.malloc.tcache_count=0"})
+        self.assertEqual(env["GLIBC_TUNABLES"].split(":"),
+                         ["glibc.malloc.tcache_count=0", "glibc.malloc.mxfast=0"])
+
+    def test_glibc_reads_it(self):
+        # the child's glibc takes the tunable: mallinfo2's fastbin bytes
+        # stay 0 after freeing many small blocks, and do not without it
+        probe = (
+            "import ctypes\n"
+            "c = ctypes.CDLL(None)\n"
+            "c.malloc.restype = ctypes.c_void_p\n"
+            "c.free.argtypes = [ctypes.c_void_p]\n"
+            "class M(ctypes.Structure):\n"
+            "    _fields_ = [(n, ctypes.c_size_t) for n in 'arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost'.split()]\n"
+            "c.mallinfo2.restype = M\n"
+            "ps = [c.malloc(24) for _ in range(2000)]\n"
+            "for q in ps: c.free(q)\n"
+            "print(c.mallinfo2().fsmblks)\n"
+        )
+
+        def fastbin_bytes(env):
+            out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                                 text=True, check=True)
+            return int(out.stdout)
+
+        stock = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+        self.assertGreater(fastbin_bytes(stock), 0)
+        self.assertEqual(fastbin_bytes(self.callgrind.child_environment()), 0)
+
+
 @unittest.skipIf(shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,
                  "valgrind is not installed (the instruction gate's nox step needs it)")
 @unittest.skipUnless(MODE == "backport" and torch_version().startswith("2.11."),
