@@ -179,7 +179,6 @@ def _opaque_features(case) -> list:
     return sorted(set(f))
 
 
-@contextlib.contextmanager
 def _no_trace_handler():
     """In plain native mode, a user's process without ``TORCH_TRACE``: no
     handler on torch's structured-trace log. With one (pytest's log capture
@@ -188,19 +187,7 @@ def _no_trace_handler():
     issue 152183, a bug of its own, pinned by
     test/points/test_no_subclass_data_repr.py). Every mode that carries
     the fix keeps the handler: the suite then also checks that fix."""
-    if MODE != "native":
-        yield
-        return
-    from torch._logging._internal import trace_log
-
-    held = list(trace_log.handlers)
-    for h in held:
-        trace_log.removeHandler(h)
-    try:
-        yield
-    finally:
-        for h in held:
-            trace_log.addHandler(h)
+    return fixtures.structured_trace_unheard(when=MODE == "native")
 
 
 def _cache_context(case):

@@ -112,12 +112,7 @@ class TestCase(unittest.TestCase):
         # a user's process without TORCH_TRACE: no structured-trace handler
         # (torch drops its lazy one at the first record; pytest's log
         # capture attaches its own, which would format every payload)
-        from torch._logging._internal import trace_log
-
-        held = list(trace_log.handlers)
-        for h in held:
-            trace_log.removeHandler(h)
-        self.addCleanup(lambda: [trace_log.addHandler(h) for h in held])
+        self.enterContext(fixtures.structured_trace_unheard())
         # every compile traces: a cache hit from an earlier run skips the
         # tracing these tests are about
         self.enterContext(torch._inductor.config.patch(fx_graph_cache=False))
@@ -393,19 +388,11 @@ class TestMetadataNotFormattedUnheard(unittest.TestCase):
     subclass (no structured-trace handler either, as in a user's process)."""
 
     def _compile_unheard(self, fn, x):
-        from torch._logging._internal import trace_log
-
-        held = list(trace_log.handlers)
-        for h in held:
-            trace_log.removeHandler(h)
-        try:
+        with fixtures.structured_trace_unheard():
             torch._dynamo.reset()
             _Counted.reprs = 0
             out = torch.compile(fn, backend="aot_eager", fullgraph=True)(x)
             return out, _Counted.reprs
-        finally:
-            for h in held:
-                trace_log.addHandler(h)
 
     def test_training_record_not_formatted(self):
         x = _Counted(torch.randn(4, requires_grad=True))

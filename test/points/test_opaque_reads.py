@@ -15,13 +15,13 @@ test/distributed/test_dtensor_scenarios.py::test_redistribute_warm_shared_cache.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
+import fixtures
 import harness
 
 import torch
@@ -135,23 +135,13 @@ exec(compile(_DEFS, "opaque_reads_defs", "exec"), _ns)
 Comm, Group, Averaged, step = _ns["Comm"], _ns["Group"], _ns["Averaged"], _ns["step"]
 
 
-@contextlib.contextmanager
 def _native_without_trace_handler():
     """In plain native mode, no handler on torch's structured-trace log
     (Dynamo's TestCase adds one): with it, native torch fails to compile the
     subclass (no ``__repr__``) for another bug first, issue 152183, pinned
     by test/points/test_no_subclass_data_repr.py. Every mode with
     install() keeps the handler."""
-    from torch._logging._internal import trace_log
-
-    held = list(trace_log.handlers) if MODE == "native" else []
-    for h in held:
-        trace_log.removeHandler(h)
-    try:
-        yield
-    finally:
-        for h in held:
-            trace_log.addHandler(h)
+    return fixtures.structured_trace_unheard(when=MODE == "native")
 
 
 def _caches_on():

@@ -48,30 +48,15 @@ PgSharded = fixtures.local_and_opaque("PgSharded", attr="pg")
 _NOMINAL = r"isinstance\(ProcessGroup, OpaqueBase\) is False"
 
 
-def _instancecheck_bug():
-    return harness.upstream_bug(
-        fixtures.PROCESS_GROUP_BUG_FIX, broken_on=fixtures.PROCESS_GROUP_BUG_RELEASES,
-        fails_with=(AssertionError,), match=_NOMINAL,
-    )
-
-
 class TestRegisteredOpaqueInstancecheck(TestCase):
     def setUp(self):
         super().setUp()
         harness.setup_mode()  # another module may have changed the install state
-        # a user's process without TORCH_TRACE: no structured-trace handler.
-        # pytest's log capture attaches one, and through it every release
-        # formats the metadata of a subclass without a __repr__ by reading
-        # its data (issue 152183: points/no_subclass_data_repr.py, tested
-        # in test_no_subclass_data_repr.py), which is not this change
-        from torch._logging._internal import trace_log
+        # a user's process without TORCH_TRACE: the no-__repr__ trace bug
+        # the handler would show is not this change's
+        self.enterContext(fixtures.structured_trace_unheard())
 
-        held = list(trace_log.handlers)
-        for h in held:
-            trace_log.removeHandler(h)
-        self.addCleanup(lambda: [trace_log.addHandler(h) for h in held])
-
-    @_instancecheck_bug()
+    @fixtures.process_group_bug(match=_NOMINAL)
     def test_process_group_is_an_opaque_base(self):
         pg = fixtures.new_group()
         self.assertTrue(
